@@ -1,0 +1,90 @@
+// Handle: the completion of one asynchronous kolo operation.
+//
+// Every *_async call returns a Handle. The operation runs on kolo's background thread;
+// the handle says when it finished, whether it failed, and holds its results (the output
+// tensor of allgather/alltoall/reducescatter, alltoall's received splits, join's last
+// rank). Handles are cheap to copy; copies share state. CPU memory passed to the
+// operation must stay valid until the handle completes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kolo/error.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+namespace detail {
+struct HandleState;
+}  // namespace detail
+
+class Handle {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // When the operation was submitted, when its communication started (every rank had
+  // submitted it), and when it finished. Unset points are Clock::time_point{}.
+  struct Times {
+    Clock::time_point enqueued;
+    Clock::time_point started;
+    Clock::time_point finished;
+  };
+
+  Handle() = default;
+  explicit Handle(std::shared_ptr<detail::HandleState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  const std::string& name() const;
+
+  // True once the operation finished, successfully or not. Never blocks.
+  bool poll() const;
+  // Blocks up to `timeout`; true if the operation finished in that time.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  // Blocks until the operation finishes and throws kolo::Error if it failed. The runtime
+  // bounds every operation (peer timeout, stall shutdown), so this does not hang forever.
+  void wait() const;
+
+  // Valid after completion.
+  bool ok() const;
+  ErrorCode error_code() const;
+  std::string error_message() const;
+
+  // Results (valid after successful completion).
+  const Tensor& output() const;                         // allgather, alltoall, reducescatter
+  Tensor& mutable_output();                             // to move the result out
+  const std::vector<std::int64_t>& received_splits() const;  // alltoall: rows from each rank
+  int last_joined_rank() const;                         // join
+  Times times() const;
+
+ private:
+  std::shared_ptr<detail::HandleState> state_;
+};
+
+namespace detail {
+
+// Shared between the caller's Handle copies and the runtime. The runtime fills results
+// and calls complete() exactly once.
+struct HandleState {
+  std::string name;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;                  // guarded by mu
+  ErrorCode code = ErrorCode::kOk;    // guarded by mu
+  std::string message;                // guarded by mu
+  Tensor output;                      // written before complete(), read after
+  std::vector<std::int64_t> received_splits;
+  int last_joined_rank = -1;
+  Handle::Times times;                // guarded by mu
+
+  void mark_started();
+  void complete(ErrorCode code, std::string message);
+};
+
+}  // namespace detail
+}  // namespace kolo

@@ -1,0 +1,144 @@
+// kolo: named-tensor collectives for data-parallel training across processes and hosts.
+//
+//   kolo::init();                        // rank/size from kolorun, mpirun or Slurm
+//   std::vector<float> g(n);
+//   kolo::allreduce(view_of(g), view_of(g), {.name = "grad.w"});   // average across ranks
+//   kolo::shutdown();
+//
+// Every collective is identified by a name. Ranks may submit operations in different
+// orders: kolo's background thread negotiates which named operations every rank has
+// submitted and runs them in the same order everywhere. Mismatched submissions (shape,
+// dtype, op, root, scale factors, device) fail on every rank with an error naming the
+// tensor, the ranks and the values; the job can go on. A rank that dies makes the others'
+// operations fail within KOLO_PEER_TIMEOUT_SECONDS instead of hanging.
+//
+// The free functions below act on one default runtime in the process. Their options are
+// plain structs: every field has the default shown.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kolo/error.h"
+#include "kolo/handle.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+// The process set of all ranks. Process sets (subsets of ranks with their own
+// negotiation) are part of the runtime's design; only the global one is exposed so far.
+inline constexpr int kGlobalProcessSet = 0;
+
+struct AllreduceOptions {
+  std::string name;                  // "" = deterministic "allreduce.noname.<n>"
+  ReduceOp op = ReduceOp::kAverage;  // Horovod's default
+  double prescale_factor = 1.0;      // multiplies the input before the reduction
+  double postscale_factor = 1.0;     // multiplies the result (after averaging)
+  int process_set = kGlobalProcessSet;
+};
+
+struct AllgatherOptions {
+  std::string name;  // "" = "allgather.noname.<n>"
+  int process_set = kGlobalProcessSet;
+};
+
+struct BroadcastOptions {
+  std::string name;  // "" = "broadcast.noname.<n>"
+  int root = 0;      // rank whose tensor every rank receives
+  int process_set = kGlobalProcessSet;
+};
+
+struct AlltoallOptions {
+  std::string name;                  // "" = "alltoall.noname.<n>"
+  std::vector<std::int64_t> splits;  // rows of dim 0 sent to each rank; empty = equal parts
+  int process_set = kGlobalProcessSet;
+};
+
+struct ReducescatterOptions {
+  std::string name;                  // "" = "reducescatter.noname.<n>"
+  ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  int process_set = kGlobalProcessSet;
+};
+
+struct BarrierOptions {
+  int process_set = kGlobalProcessSet;
+};
+
+// --- lifecycle and topology -------------------------------------------------------------
+
+// Starts the runtime. Rank and size come from the launcher: kolorun (KOLO_RANK, ...),
+// mpirun (OMPI_COMM_WORLD_*), or Slurm's srun (SLURM_PROCID, ...); a program started
+// alone is rank 0 of 1. Calling init() twice is a no-op. Throws kolo::Error on failure.
+void init();
+// Stops the runtime: operations still pending on any rank fail with kShutdown. Safe to
+// call twice; kolo::init() may be called again afterwards.
+void shutdown();
+bool is_initialized();
+
+int rank();        // this process's rank in [0, size)
+int size();        // number of ranks
+int local_rank();  // rank among the processes on this host
+int local_size();  // processes on this host
+int cross_rank();  // rank among the processes with this local_rank (the host's index)
+int cross_size();  // number of hosts with a process of this local_rank
+
+// --- collectives -----------------------------------------------------------------------
+// *_async functions return at once; the others block and throw kolo::Error on failure.
+// Errors detected on this rank alone (duplicate name in flight, not initialized) are
+// thrown by the *_async call itself.
+
+// output = reduce(input over ranks). `output` may be `input` (in place); both must have
+// the same dtype and element count.
+Handle allreduce_async(const TensorView& input, const TensorView& output,
+                       const AllreduceOptions& options = {});
+void allreduce(const TensorView& input, const TensorView& output,
+               const AllreduceOptions& options = {});
+void allreduce(const TensorView& tensor, const AllreduceOptions& options = {});  // in place
+
+// Several allreduces negotiated and completed as one operation under one name.
+Handle grouped_allreduce_async(const std::vector<TensorView>& inputs,
+                               const std::vector<TensorView>& outputs,
+                               const AllreduceOptions& options = {});
+void grouped_allreduce(const std::vector<TensorView>& inputs,
+                       const std::vector<TensorView>& outputs,
+                       const AllreduceOptions& options = {});
+
+// Concatenates every rank's tensor along dim 0 in rank order. Dim 0 may differ between
+// ranks; the other dimensions must agree. The result is Handle::output().
+Handle allgather_async(const TensorView& input, const AllgatherOptions& options = {});
+Tensor allgather(const TensorView& input, const AllgatherOptions& options = {});
+
+// Overwrites `tensor` on every rank with the root's `tensor`.
+Handle broadcast_async(const TensorView& tensor, const BroadcastOptions& options = {});
+void broadcast(const TensorView& tensor, const BroadcastOptions& options = {});
+
+// Sends splits[i] rows of dim 0 to rank i (consecutive rows, in rank order) and receives
+// the rows every rank sent here, in rank order. Without splits, dim 0 must divide evenly.
+struct AlltoallResult {
+  Tensor output;
+  std::vector<std::int64_t> received_splits;  // rows received from each rank
+};
+Handle alltoall_async(const TensorView& input, const AlltoallOptions& options = {});
+AlltoallResult alltoall(const TensorView& input, const AlltoallOptions& options = {});
+
+// Reduces across ranks, then rank r keeps its block of dim 0. With N rows and S ranks,
+// the first N % S ranks get N / S + 1 rows and the others N / S (as Horovod does).
+Handle reducescatter_async(const TensorView& input, const ReducescatterOptions& options = {});
+Tensor reducescatter(const TensorView& input, const ReducescatterOptions& options = {});
+
+// Returns once every rank of the process set has reached the barrier.
+Handle barrier_async(const BarrierOptions& options = {});
+void barrier(const BarrierOptions& options = {});
+
+// A rank that has run out of data calls join(): until every rank has joined, it takes
+// part in the others' allreduces with zeros (averages still divide by the full size).
+// Allgather, broadcast, alltoall and reducescatter fail while a rank has joined.
+// Returns the last rank to join, the same on every rank.
+Handle join_async();
+int join();
+
+}  // namespace kolo

@@ -1,0 +1,94 @@
+// Framework-neutral tensor types of kolo's public API.
+//
+// kolo's runtime never sees libtorch (or any other framework) types: callers describe
+// their memory with a TensorView (pointer, dtype, shape, device) and receive results
+// that kolo allocates as a Tensor. Adapters such as <kolo/torch.h> convert.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kolo {
+
+// Element types kolo can communicate. float16/bfloat16 are reduced in float32.
+enum class DataType : std::uint8_t {
+  kFloat32,
+  kFloat64,
+  kFloat16,
+  kBFloat16,
+  kInt8,
+  kUInt8,
+  kInt32,
+  kInt64,
+  kBool,
+};
+
+inline constexpr int kNumDataTypes = 9;
+
+// Bytes per element of `dtype`.
+std::size_t dtype_size(DataType dtype);
+// Lower-case name, e.g. "float32", used in every error message.
+const char* dtype_name(DataType dtype);
+
+// Where a tensor's memory lives. CUDA memory is handled by adapters (host staging or NCCL);
+// the core only compares device kinds between ranks.
+enum class DeviceKind : std::uint8_t { kCPU, kCUDA };
+const char* device_kind_name(DeviceKind kind);
+
+// Reduction applied by allreduce and reducescatter.
+//   kSum      elementwise sum (logical or for bool)
+//   kAverage  sum divided by the number of ranks in the process set (not defined for bool;
+//             integers truncate toward zero)
+//   kMin/kMax elementwise minimum/maximum (logical and/or for bool)
+//   kProduct  elementwise product (logical and for bool)
+enum class ReduceOp : std::uint8_t { kSum, kAverage, kMin, kMax, kProduct };
+const char* reduce_op_name(ReduceOp op);
+
+// A caller-owned, contiguous, row-major tensor. kolo reads or writes `data` only between
+// the call that receives the view and the completion of the returned handle.
+struct TensorView {
+  void* data = nullptr;
+  DataType dtype = DataType::kFloat32;
+  std::vector<std::int64_t> shape;  // empty = scalar (0-d, one element)
+  DeviceKind device = DeviceKind::kCPU;
+  int device_index = 0;  // CUDA ordinal; ignored for CPU
+
+  std::int64_t numel() const;
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+};
+
+// A kolo-owned CPU tensor: the result of allgather, alltoall and reducescatter.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DataType dtype, std::vector<std::int64_t> shape);
+
+  DataType dtype() const { return dtype_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t numel() const;
+  std::size_t nbytes() const { return bytes_.size(); }
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  template <typename T>
+  T* data_as() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
+  template <typename T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
+  // A view of this tensor's memory (valid while the tensor lives and is not resized).
+  TensorView view();
+
+ private:
+  DataType dtype_ = DataType::kFloat32;
+  std::vector<std::int64_t> shape_;
+  std::vector<std::byte> bytes_;
+};
+
+// "[2, 3]" — used in error messages.
+std::string shape_string(const std::vector<std::int64_t>& shape);
+
+}  // namespace kolo

@@ -1,0 +1,45 @@
+// Levelled logging with subsystems and the rank in every line, cheap when off.
+//
+//   KOLO_LOG(kWarning, "stall") << "tensor " << name << " ...";
+//
+// The level comes from KOLO_LOG_LEVEL (trace, debug, info, warning, error; default
+// warning). Lines go to stderr as "[kolo <rank> <level> <subsystem>] message". The
+// level and rank are process-wide (set once by the runtime at init); this is the only
+// process-wide state kolo keeps outside a Runtime.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace kolo::log {
+
+enum Level { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kOff = 5 };
+
+bool enabled(Level level);
+void set_level(Level level);
+// Parses "trace".."error"/"off" (or 0..5); false if not recognised.
+bool parse_level(const std::string& text, Level* out);
+void set_rank(int rank);  // -1 = not known yet
+
+class Line {
+ public:
+  Line(Level level, const char* subsystem);
+  ~Line();
+  template <typename T>
+  Line& operator<<(const T& v) {
+    out_ << v;
+    return *this;
+  }
+
+ private:
+  Level level_;
+  const char* subsystem_;
+  std::ostringstream out_;
+};
+
+}  // namespace kolo::log
+
+#define KOLO_LOG(level, subsystem)                       \
+  if (!::kolo::log::enabled(::kolo::log::level)) {       \
+  } else                                                 \
+    ::kolo::log::Line(::kolo::log::level, subsystem)

@@ -1,0 +1,30 @@
+// Elementwise reduction and scaling kernels for every kolo dtype.
+//
+// Used by transports that reduce in their own code (inproc, MPI's user-defined op for
+// float16/bfloat16/bool) and by the runtime for prescale/postscale/average. float16 and
+// bfloat16 are converted to float32 for each operation. Not for: choosing algorithms or
+// moving data; these are the inner loops only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kolo/types.h"
+
+namespace kolo {
+
+// dst[i] = op(dst[i], src[i]) for i < count. `op` must not be kAverage (averaging is a
+// sum followed by scale()). For bool: sum/max = or, product/min = and.
+void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op);
+
+// buf[i] *= factor. Integers are computed in double and truncated toward zero; bool is
+// left unchanged (callers reject scaling of bool tensors).
+void scale(void* buf, std::size_t count, DataType dtype, double factor);
+
+// IEEE binary16 and bfloat16 conversions (round to nearest even).
+float half_to_float(std::uint16_t h);
+std::uint16_t float_to_half(float f);
+float bfloat16_to_float(std::uint16_t b);
+std::uint16_t float_to_bfloat16(float f);
+
+}  // namespace kolo

@@ -1,0 +1,30 @@
+#include "common/status.h"
+
+namespace kolo {
+
+const char* error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kMismatch: return "mismatch between ranks";
+    case ErrorCode::kDuplicateName: return "duplicate name";
+    case ErrorCode::kNotInitialized: return "not initialized";
+    case ErrorCode::kPeerFailure: return "peer failure";
+    case ErrorCode::kStalled: return "stalled";
+    case ErrorCode::kShutdown: return "shut down";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "unknown error";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "OK";
+  return std::string(error_code_name(code_)) + ": " + message_;
+}
+
+void Status::throw_if_error() const {
+  if (!ok()) throw Error(code_, message_);
+}
+
+}  // namespace kolo

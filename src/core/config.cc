@@ -1,0 +1,107 @@
+#include "core/config.h"
+
+#include <cstdlib>
+#include <cstring>
+
+extern char** environ;
+
+namespace kolo::core {
+
+Env process_env() {
+  Env env;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) env.emplace(std::string(*e, eq), std::string(eq + 1));
+  }
+  return env;
+}
+
+const std::vector<OptionDoc>& config_options() {
+  static const std::vector<OptionDoc> kOptions = {
+      {"KOLO_CACHE_CAPACITY", "1024",
+       "response cache entries (steady-state fast path: one bit-vector AND per cycle); 0 disables"},
+      {"KOLO_CYCLE_TIME_MS", "1",
+       "longest wait of an idle background cycle; a cycle starts at once when work arrives"},
+      {"KOLO_STALL_CHECK_SECONDS", "60",
+       "warn (on rank 0) when some ranks submitted a tensor and others did not for this long; 0 = off"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "0",
+       "fail every pending operation and stop the runtime after a stall this long; 0 = off"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "60",
+       "a rank that does not answer for this long is reported dead; pending operations fail"},
+      {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning, error or off"},
+      {"KOLO_TRANSPORT", "auto",
+       "auto (mpi when started by kolorun/mpirun/srun with more than one rank, else local), mpi, local"},
+  };
+  return kOptions;
+}
+
+const std::vector<OptionDoc>& launcher_variables() {
+  static const std::vector<OptionDoc> kVars = {
+      {"KOLO_RANK", "set by kolorun", "rank of the worker in [0, KOLO_SIZE)"},
+      {"KOLO_SIZE", "set by kolorun", "number of workers"},
+      {"KOLO_LOCAL_RANK", "set by kolorun", "rank among the workers on this host"},
+      {"KOLO_LOCAL_SIZE", "set by kolorun", "workers on this host"},
+      {"KOLO_CROSS_RANK", "set by kolorun", "rank among workers with the same local rank (host index)"},
+      {"KOLO_CROSS_SIZE", "set by kolorun", "hosts with a worker of this local rank"},
+  };
+  return kVars;
+}
+
+namespace {
+
+Status bad(const std::string& name, const std::string& value, const std::string& want) {
+  return InvalidArgument(name + "=" + value + " is not valid: expected " + want);
+}
+
+Status read_double(const Env& env, const char* name, double min, double* out) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return Status::OK();
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0' || !(v >= min)) {
+    return bad(name, it->second, "a number >= " + std::to_string(min));
+  }
+  *out = v;
+  return Status::OK();
+}
+
+Status read_int(const Env& env, const char* name, long min, long max, int* out) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return Status::OK();
+  char* end = nullptr;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || *end != '\0' || v < min || v > max) {
+    return bad(name, it->second,
+               "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = static_cast<int>(v);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status parse_config(const Env& env, Config* out) {
+  Config c;
+  KOLO_RETURN_IF_ERROR(read_int(env, "KOLO_CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
+  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_CYCLE_TIME_MS", 0, &c.cycle_time_ms));
+  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_STALL_CHECK_SECONDS", 0, &c.stall_check_seconds));
+  KOLO_RETURN_IF_ERROR(
+      read_double(env, "KOLO_STALL_SHUTDOWN_SECONDS", 0, &c.stall_shutdown_seconds));
+  KOLO_RETURN_IF_ERROR(
+      read_double(env, "KOLO_PEER_TIMEOUT_SECONDS", 0.001, &c.peer_timeout_seconds));
+  if (auto it = env.find("KOLO_LOG_LEVEL"); it != env.end() && !it->second.empty()) {
+    if (!log::parse_level(it->second, &c.log_level)) {
+      return bad("KOLO_LOG_LEVEL", it->second, "trace, debug, info, warning, error or off");
+    }
+  }
+  if (auto it = env.find("KOLO_TRANSPORT"); it != env.end() && !it->second.empty()) {
+    if (it->second != "auto" && it->second != "mpi" && it->second != "local") {
+      return bad("KOLO_TRANSPORT", it->second, "auto, mpi or local");
+    }
+    c.transport = it->second;
+  }
+  *out = c;
+  return Status::OK();
+}
+
+}  // namespace kolo::core

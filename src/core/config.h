@@ -1,0 +1,47 @@
+// Config: every KOLO_* runtime option, parsed once into an immutable value.
+//
+// Options are declared in one table (name, default, one line of documentation) that
+// kolorun --help prints; parsing reads an environment map, so tests pass their own.
+// Not for: launcher flags (src/launcher) or per-operation options (include/kolo/kolo.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace kolo::core {
+
+using Env = std::map<std::string, std::string>;
+
+// The current process environment.
+Env process_env();
+
+struct Config {
+  int cache_capacity = 1024;           // KOLO_CACHE_CAPACITY
+  double cycle_time_ms = 1.0;          // KOLO_CYCLE_TIME_MS
+  double stall_check_seconds = 60.0;   // KOLO_STALL_CHECK_SECONDS
+  double stall_shutdown_seconds = 0;   // KOLO_STALL_SHUTDOWN_SECONDS
+  double peer_timeout_seconds = 60.0;  // KOLO_PEER_TIMEOUT_SECONDS
+  log::Level log_level = log::kWarning;  // KOLO_LOG_LEVEL
+  std::string transport = "auto";      // KOLO_TRANSPORT
+};
+
+// Parses the KOLO_* variables of `env` into `out` (starting from defaults). Returns an
+// InvalidArgument status naming the variable and the bad value.
+Status parse_config(const Env& env, Config* out);
+
+struct OptionDoc {
+  const char* name;
+  const char* default_value;
+  const char* doc;
+};
+
+// Runtime options, in the order kolorun --help lists them.
+const std::vector<OptionDoc>& config_options();
+// Variables kolorun sets for each worker (documented for users of other launchers).
+const std::vector<OptionDoc>& launcher_variables();
+
+}  // namespace kolo::core

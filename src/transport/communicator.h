@@ -1,0 +1,77 @@
+// Communicator: the byte-level collectives kolo's runtime runs on.
+//
+// The runtime (src/core) sees only this interface; one folder per implementation
+// (inproc/, mpi/, later gloo/, shm/, nccl/). All ranks call the collectives in the same
+// order (the runtime's negotiation guarantees it). Every call takes a deadline: a peer
+// that does not take part by then makes the call fail with kPeerFailure, and the message
+// names the ranks that did not answer when the implementation can know them. After a
+// kPeerFailure the communicator is broken; the runtime stops using it.
+//
+// Buffers are host memory. Not for: tensor semantics (averaging, scaling, joins), which
+// the runtime implements on top.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kolo/types.h"
+
+namespace kolo::transport {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual const Topology& topology() const = 0;
+  int rank() const { return topology().rank; }
+  int size() const { return topology().size; }
+  // "inproc", "mpi", ...: shown in logs and errors.
+  virtual const char* name() const = 0;
+
+  // --- data plane ----------------------------------------------------------------------
+  // In place: buffer = op(buffer over ranks). `op` is never kAverage.
+  virtual Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                           Deadline deadline) = 0;
+  // Rank r contributes recv_bytes[r] bytes from `send`; `recv` receives all contributions
+  // concatenated in rank order.
+  virtual Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
+                            Deadline deadline) = 0;
+  virtual Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) = 0;
+  // send_bytes[r] bytes go to rank r (consecutive in `send`, rank order); recv_bytes[r]
+  // bytes come from rank r (consecutive in `recv`, rank order).
+  virtual Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                           const std::vector<std::size_t>& recv_bytes, Deadline deadline) = 0;
+  // Reduces `send` (sum of counts elements) across ranks; rank r receives elements
+  // [offset_r, offset_r + counts[r]) of the result in `recv`.
+  virtual Status reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                               DataType dtype, ReduceOp op, Deadline deadline) = 0;
+  virtual Status barrier(Deadline deadline) = 0;
+
+  // --- control plane (negotiation), rooted at rank 0 -----------------------------------
+  // Bitwise AND of `words` across ranks, result on every rank. A rank that does not
+  // arrive by the deadline is named in the error on every rank that can know it.
+  virtual Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) = 0;
+  // Rank 0 receives every rank's message in rank order in `all`; others get nothing.
+  virtual Status control_gather(const std::string& mine, std::vector<std::string>* all,
+                                Deadline deadline) = 0;
+  // Rank 0's `message` replaces `message` on every rank.
+  virtual Status control_broadcast(std::string* message, Deadline deadline) = 0;
+};
+
+}  // namespace kolo::transport
