@@ -129,9 +129,10 @@ void reduce_bool(void* dst, const void* src, std::size_t n, ReduceOp op) {
 }
 
 template <typename T>
-void scale_int(void* buf, std::size_t n, double factor) {
+void scale_int(void* buf, std::size_t n, double factor, double divisor) {
   T* p = static_cast<T*>(buf);
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(std::trunc(p[i] * factor));
+  const long double f = factor, d = divisor;
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(std::trunc(p[i] * f / d));
 }
 
 template <float (*ToF)(std::uint16_t), std::uint16_t (*FromF)(float)>
@@ -158,27 +159,28 @@ void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, 
   }
 }
 
-void scale(void* buf, std::size_t count, DataType dtype, double factor) {
-  if (factor == 1.0) return;
+void scale(void* buf, std::size_t count, DataType dtype, double factor, double divisor) {
+  if (factor == 1.0 && divisor == 1.0) return;
+  const double ratio = factor / divisor;
   switch (dtype) {
     case DataType::kFloat32: {
       auto* p = static_cast<float*>(buf);
-      const float f = static_cast<float>(factor);
+      const float f = static_cast<float>(ratio);
       for (std::size_t i = 0; i < count; ++i) p[i] *= f;
       return;
     }
     case DataType::kFloat64: {
       auto* p = static_cast<double*>(buf);
-      for (std::size_t i = 0; i < count; ++i) p[i] *= factor;
+      for (std::size_t i = 0; i < count; ++i) p[i] *= ratio;
       return;
     }
-    case DataType::kFloat16: return scale_16<half_to_float, float_to_half>(buf, count, factor);
+    case DataType::kFloat16: return scale_16<half_to_float, float_to_half>(buf, count, ratio);
     case DataType::kBFloat16:
-      return scale_16<bfloat16_to_float, float_to_bfloat16>(buf, count, factor);
-    case DataType::kInt8: return scale_int<std::int8_t>(buf, count, factor);
-    case DataType::kUInt8: return scale_int<std::uint8_t>(buf, count, factor);
-    case DataType::kInt32: return scale_int<std::int32_t>(buf, count, factor);
-    case DataType::kInt64: return scale_int<std::int64_t>(buf, count, factor);
+      return scale_16<bfloat16_to_float, float_to_bfloat16>(buf, count, ratio);
+    case DataType::kInt8: return scale_int<std::int8_t>(buf, count, factor, divisor);
+    case DataType::kUInt8: return scale_int<std::uint8_t>(buf, count, factor, divisor);
+    case DataType::kInt32: return scale_int<std::int32_t>(buf, count, factor, divisor);
+    case DataType::kInt64: return scale_int<std::int64_t>(buf, count, factor, divisor);
     case DataType::kBool: return;
   }
 }

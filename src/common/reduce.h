@@ -17,9 +17,10 @@ namespace kolo {
 // sum followed by scale()). For bool: sum/max = or, product/min = and.
 void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op);
 
-// buf[i] *= factor. Integers are computed in double and truncated toward zero; bool is
-// left unchanged (callers reject scaling of bool tensors).
-void scale(void* buf, std::size_t count, DataType dtype, double factor);
+// buf[i] = buf[i] * factor / divisor. Integers are computed in long double and truncated
+// toward zero (so an average of integers divides exactly); bool is left unchanged
+// (callers reject scaling of bool tensors).
+void scale(void* buf, std::size_t count, DataType dtype, double factor, double divisor = 1.0);
 
 // IEEE binary16 and bfloat16 conversions (round to nearest even).
 float half_to_float(std::uint16_t h);

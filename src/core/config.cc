@@ -11,7 +11,7 @@ Env process_env() {
   Env env;
   for (char** e = environ; e && *e; ++e) {
     const char* eq = std::strchr(*e, '=');
-    if (eq) env.emplace(std::string(*e, eq), std::string(eq + 1));
+    if (eq) env.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
   }
   return env;
 }

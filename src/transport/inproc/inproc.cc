@@ -1,0 +1,203 @@
+#include "transport/inproc/inproc.h"
+
+#include <cstring>
+
+#include "common/reduce.h"
+
+namespace kolo::transport {
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+class InprocCommunicator final : public Communicator {
+ public:
+  InprocCommunicator(InprocWorld* world, int rank)
+      : world_(world), rank_(rank), topology_(world->topology_of(rank)) {}
+
+  const Topology& topology() const override { return topology_; }
+  const char* name() const override { return "inproc"; }
+
+  Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                   Deadline deadline) override {
+    const std::size_t bytes = count * dtype_size(dtype);
+    std::vector<std::byte> result(bytes);
+    InprocWorld::Slot mine{buffer, bytes};
+    KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      if (bytes == 0) return;
+      std::memcpy(result.data(), slots[0].send, bytes);
+      for (std::size_t r = 1; r < slots.size(); ++r) {
+        reduce_into(result.data(), slots[r].send, count, dtype, op);
+      }
+    }));
+    if (bytes) std::memcpy(buffer, result.data(), bytes);
+    return Status::OK();
+  }
+
+  Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
+                    Deadline deadline) override {
+    InprocWorld::Slot mine{send, recv_bytes[rank_]};
+    return world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      auto* out = static_cast<std::byte*>(recv);
+      for (std::size_t r = 0; r < slots.size(); ++r) {
+        if (recv_bytes[r]) std::memcpy(out, slots[r].send, recv_bytes[r]);
+        out += recv_bytes[r];
+      }
+    });
+  }
+
+  Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override {
+    InprocWorld::Slot mine{buffer, bytes};
+    return world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      if (rank_ != root && bytes) std::memcpy(buffer, slots[root].send, bytes);
+    });
+  }
+
+  Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                   const std::vector<std::size_t>& recv_bytes, Deadline deadline) override {
+    InprocWorld::Slot mine{send, 0, &send_bytes};
+    return world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      auto* out = static_cast<std::byte*>(recv);
+      for (std::size_t r = 0; r < slots.size(); ++r) {
+        // Rank r's block for me starts after its blocks for ranks < me.
+        const auto& theirs = *slots[r].sizes;
+        std::size_t offset = 0;
+        for (int j = 0; j < rank_; ++j) offset += theirs[j];
+        if (recv_bytes[r]) {
+          std::memcpy(out, static_cast<const std::byte*>(slots[r].send) + offset, recv_bytes[r]);
+        }
+        out += recv_bytes[r];
+      }
+    });
+  }
+
+  Status reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                       DataType dtype, ReduceOp op, Deadline deadline) override {
+    const std::size_t esize = dtype_size(dtype);
+    std::size_t offset = 0;
+    for (int j = 0; j < rank_; ++j) offset += counts[j];
+    const std::size_t bytes = counts[rank_] * esize;
+    InprocWorld::Slot mine{send, 0};
+    return world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      if (bytes == 0) return;
+      auto at = [&](std::size_t r) {
+        return static_cast<const std::byte*>(slots[r].send) + offset * esize;
+      };
+      std::memcpy(recv, at(0), bytes);
+      for (std::size_t r = 1; r < slots.size(); ++r) {
+        reduce_into(recv, at(r), counts[rank_], dtype, op);
+      }
+    });
+  }
+
+  Status barrier(Deadline deadline) override {
+    return world_->exchange(rank_, {}, deadline, [](const auto&) {});
+  }
+
+  Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override {
+    std::vector<std::uint64_t> result = words;
+    InprocWorld::Slot mine;
+    mine.words = &words;
+    KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      for (const auto& s : slots) {
+        for (std::size_t i = 0; i < result.size(); ++i) result[i] &= (*s.words)[i];
+      }
+    }));
+    words = std::move(result);
+    return Status::OK();
+  }
+
+  Status control_gather(const std::string& mine_text, std::vector<std::string>* all,
+                        Deadline deadline) override {
+    InprocWorld::Slot mine;
+    mine.text = &mine_text;
+    return world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      if (rank_ != 0) return;
+      all->clear();
+      for (const auto& s : slots) all->push_back(*s.text);
+    });
+  }
+
+  Status control_broadcast(std::string* message, Deadline deadline) override {
+    std::string copy;
+    InprocWorld::Slot mine;
+    mine.text = message;
+    KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      if (rank_ != 0) copy = *slots[0].text;
+    }));
+    if (rank_ != 0) *message = std::move(copy);
+    return Status::OK();
+  }
+
+ private:
+  InprocWorld* world_;
+  int rank_;
+  Topology topology_;
+};
+
+}  // namespace
+
+InprocWorld::InprocWorld(int size, int local_size)
+    : size_(size),
+      local_size_(local_size > 0 ? local_size : size),
+      slots_(size),
+      arrived_(size, false),
+      dead_(size, false) {}
+
+InprocWorld::~InprocWorld() = default;
+
+std::unique_ptr<Communicator> InprocWorld::communicator(int rank) {
+  return std::make_unique<InprocCommunicator>(this, rank);
+}
+
+Topology InprocWorld::topology_of(int rank) const {
+  Topology t;
+  t.rank = rank;
+  t.size = size_;
+  t.local_rank = rank % local_size_;
+  t.local_size = local_size_;
+  t.cross_rank = rank / local_size_;
+  t.cross_size = size_ / local_size_;
+  return t;
+}
+
+void InprocWorld::kill(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dead_[rank] = true;
+}
+
+// A generation-counted barrier. The slot is published in the same critical section as
+// the arrival, so every reader that passes the barrier sees it.
+Status InprocWorld::arrive(int rank, const Slot& mine, Deadline deadline, bool keep_slot) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (dead_[rank]) return PeerFailure("rank " + std::to_string(rank) + " was killed (inproc fault injection)");
+  if (!broken_.empty()) return PeerFailure(broken_);
+  if (!keep_slot) slots_[rank] = mine;
+  arrived_[rank] = true;
+  const std::uint64_t gen = generation_;
+  if (++arrivals_ == size_) {
+    arrivals_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    ++generation_;
+    cv_.notify_all();
+    return Status::OK();
+  }
+  const bool passed = cv_.wait_until(lock, deadline, [&] {
+    return generation_ != gen || !broken_.empty();
+  });
+  if (passed && generation_ != gen) return Status::OK();
+  if (!broken_.empty()) return PeerFailure(broken_);
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!arrived_[r]) missing.push_back(r);
+  }
+  broken_ = "rank(s) " + rank_list(missing) +
+            " did not take part in a collective before the deadline (dead or hung?)";
+  cv_.notify_all();
+  return PeerFailure(broken_);
+}
+
+}  // namespace kolo::transport

@@ -1,0 +1,171 @@
+// The public free functions of include/kolo/kolo.h, acting on one default Runtime.
+#include <memory>
+#include <mutex>
+
+#include "common/logging.h"
+#include "core/config.h"
+#include "core/launch_env.h"
+#include "core/runtime.h"
+#include "kolo/kolo.h"
+#include "transport/inproc/inproc.h"
+#include "transport/table.h"
+
+namespace kolo {
+namespace {
+
+// The default runtime. The mutex guards the pointer (init/shutdown against API calls);
+// the Runtime itself is thread-safe.
+std::mutex g_mu;
+std::shared_ptr<core::Runtime> g_runtime;
+
+std::shared_ptr<core::Runtime> current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) {
+    throw Error(ErrorCode::kNotInitialized,
+                "kolo is not initialized: call kolo::init() first (or kolo::shutdown() was "
+                "already called)");
+  }
+  return g_runtime;
+}
+
+// A job of one process needs no transport: one inproc rank.
+Status create_single(std::unique_ptr<transport::Communicator>* out) {
+  static transport::InprocWorld world(1);
+  *out = world.communicator(0);
+  return Status::OK();
+}
+
+}  // namespace
+
+void init() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) return;
+  const core::Env env = core::process_env();
+  core::Config config;
+  core::parse_config(env, &config).throw_if_error();
+  log::set_level(config.log_level);
+  const core::LaunchEnv launch = core::detect_launch_env(env);
+  log::set_rank(launch.rank);
+
+  std::string transport = config.transport;
+  if (transport == "auto") transport = launch.size > 1 ? "mpi" : "local";
+  config.transport = transport;
+  core::Runtime::CommunicatorFactory factory;
+  if (transport == "local") {
+    if (launch.size > 1) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "KOLO_TRANSPORT=local but " + launch.launcher + " started " +
+                      std::to_string(launch.size) + " processes; unset KOLO_TRANSPORT or use mpi");
+    }
+    factory = &create_single;
+  } else {
+    const transport::TransportFactory* t = transport::find_transport(transport);
+    if (!t) {
+      throw Error(ErrorCode::kUnsupported,
+                  "this kolo build has no '" + transport +
+                      "' transport (install libopenmpi-dev and rebuild for MPI)");
+    }
+    factory = t->create;
+  }
+  auto runtime = std::make_shared<core::Runtime>(config, factory);
+  Status s = runtime->start();
+  if (!s.ok()) {
+    runtime->shutdown();
+    throw Error(s.code(), "kolo::init() failed: " + s.message());
+  }
+  const auto& topo = runtime->topology();
+  if (launch.launcher != "none" && (topo.rank != launch.rank || topo.size != launch.size)) {
+    KOLO_LOG(kWarning, "init") << launch.launcher << " says rank " << launch.rank << " of "
+                               << launch.size << " but the " << transport << " transport says rank "
+                               << topo.rank << " of " << topo.size << "; using the transport's";
+  }
+  g_runtime = std::move(runtime);
+}
+
+void shutdown() {
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    runtime.swap(g_runtime);
+  }
+  if (runtime) runtime->shutdown();
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime != nullptr;
+}
+
+int rank() { return current()->topology().rank; }
+int size() { return current()->topology().size; }
+int local_rank() { return current()->topology().local_rank; }
+int local_size() { return current()->topology().local_size; }
+int cross_rank() { return current()->topology().cross_rank; }
+int cross_size() { return current()->topology().cross_size; }
+
+Handle allreduce_async(const TensorView& input, const TensorView& output,
+                       const AllreduceOptions& options) {
+  return current()->allreduce({input}, {output}, options, /*grouped=*/false);
+}
+void allreduce(const TensorView& input, const TensorView& output, const AllreduceOptions& options) {
+  allreduce_async(input, output, options).wait();
+}
+void allreduce(const TensorView& tensor, const AllreduceOptions& options) {
+  allreduce_async(tensor, tensor, options).wait();
+}
+
+Handle grouped_allreduce_async(const std::vector<TensorView>& inputs,
+                               const std::vector<TensorView>& outputs,
+                               const AllreduceOptions& options) {
+  return current()->allreduce(inputs, outputs, options, /*grouped=*/true);
+}
+void grouped_allreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                       const AllreduceOptions& options) {
+  grouped_allreduce_async(inputs, outputs, options).wait();
+}
+
+Handle allgather_async(const TensorView& input, const AllgatherOptions& options) {
+  return current()->allgather(input, options);
+}
+Tensor allgather(const TensorView& input, const AllgatherOptions& options) {
+  Handle h = allgather_async(input, options);
+  h.wait();
+  return std::move(h.mutable_output());
+}
+
+Handle broadcast_async(const TensorView& tensor, const BroadcastOptions& options) {
+  return current()->broadcast(tensor, options);
+}
+void broadcast(const TensorView& tensor, const BroadcastOptions& options) {
+  broadcast_async(tensor, options).wait();
+}
+
+Handle alltoall_async(const TensorView& input, const AlltoallOptions& options) {
+  return current()->alltoall(input, options);
+}
+AlltoallResult alltoall(const TensorView& input, const AlltoallOptions& options) {
+  Handle h = alltoall_async(input, options);
+  h.wait();
+  return {std::move(h.mutable_output()), h.received_splits()};
+}
+
+Handle reducescatter_async(const TensorView& input, const ReducescatterOptions& options) {
+  return current()->reducescatter(input, options);
+}
+Tensor reducescatter(const TensorView& input, const ReducescatterOptions& options) {
+  Handle h = reducescatter_async(input, options);
+  h.wait();
+  return std::move(h.mutable_output());
+}
+
+Handle barrier_async(const BarrierOptions& options) { return current()->barrier(options); }
+void barrier(const BarrierOptions& options) { barrier_async(options).wait(); }
+
+Handle join_async() { return current()->join(); }
+int join() {
+  Handle h = join_async();
+  h.wait();
+  return h.last_joined_rank();
+}
+
+}  // namespace kolo

@@ -1,0 +1,201 @@
+#include "core/controller.h"
+
+#include <chrono>
+
+#include "common/logging.h"
+
+namespace kolo::core {
+
+namespace {
+bool test_bit(const std::vector<std::uint64_t>& w, std::size_t offset, int bit) {
+  return (w[offset + bit / 64] >> (bit % 64)) & 1u;
+}
+void set_bit(std::vector<std::uint64_t>& w, std::size_t offset, int bit) {
+  w[offset + bit / 64] |= std::uint64_t{1} << (bit % 64);
+}
+bool cacheable_op(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kAllgather ||
+         op == OpType::kReducescatter;
+}
+}  // namespace
+
+Controller::Controller(const Config& config, transport::Communicator* comm)
+    : config_(config),
+      comm_(comm),
+      words_((config.cache_capacity + 63) / 64),
+      cache_(config.cache_capacity),
+      table_(comm->size()) {}
+
+transport::Deadline Controller::deadline() const {
+  return transport::Clock::now() +
+         std::chrono::duration_cast<transport::Clock::duration>(
+             std::chrono::duration<double>(config_.peer_timeout_seconds));
+}
+
+void Controller::renegotiate_hit(int bit) {
+  auto it = hits_.find(bit);
+  if (it == hits_.end()) return;
+  uncached_.push_back(std::move(it->second.request));
+  hits_.erase(it);
+}
+
+void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
+                          std::vector<std::uint64_t>* invalid) {
+  for (auto& r : requests) {
+    if (r.op == OpType::kJoin) joined_ = true;
+    int bit = -1;
+    const auto lookup = cache_.capacity() > 0 && cacheable_op(r.op)
+                            ? cache_.lookup(r, &bit)
+                            : ResponseCache::Lookup::kMiss;
+    if (lookup == ResponseCache::Lookup::kHit && !hits_.count(bit)) {
+      hits_[bit] = Hit{std::move(r), now};
+      continue;
+    }
+    if (lookup == ResponseCache::Lookup::kInvalid) set_bit(*invalid, 0, bit);
+    uncached_.push_back(std::move(r));
+  }
+  // A hit that waits long may be a stall: renegotiate it so the coordinator can see
+  // (and report) which ranks are missing.
+  if (config_.stall_check_seconds > 0) {
+    for (const auto& [bit, hit] : hits_) {
+      if (std::chrono::duration<double>(now - hit.since).count() > config_.stall_check_seconds / 2) {
+        set_bit(*invalid, 0, bit);
+      }
+    }
+  }
+}
+
+Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_shutdown) {
+  Cycle cycle;
+  const auto now = Clock::now();
+  std::vector<std::uint64_t> invalid(words_, 0);
+  sort_new(std::move(new_requests), now, &invalid);
+  if (comm_->rank() == 0) check_stalls(now);
+
+  std::uint64_t flags = 0;
+  if (!uncached_.empty()) flags |= kUncached;
+  if (want_shutdown) flags |= kShutdown;
+  if (joined_) flags |= kJoined;
+  if (!abort_message_.empty()) flags |= kCoordinator;
+  std::vector<std::uint64_t> words(1 + 2 * words_, 0);
+  words[0] = ~flags;
+  for (const auto& [bit, hit] : hits_) set_bit(words, 1, bit);
+  for (int i = 0; i < words_; ++i) words[1 + words_ + i] = ~invalid[i];
+
+  cycle.fatal = comm_->control_and(words, deadline());
+  if (!cycle.fatal.ok()) return cycle;
+  const std::uint64_t any = ~words[0];
+  if (any & kShutdown) {
+    cycle.shutdown = true;
+    return cycle;
+  }
+
+  bool any_invalid = false;
+  for (int bit = 0; bit < words_ * 64; ++bit) {
+    if (!((~words[1 + words_ + bit / 64] >> (bit % 64)) & 1u)) continue;
+    any_invalid = true;
+    cache_.erase(bit);
+    renegotiate_hit(bit);
+  }
+  const bool any_joined = any & kJoined;
+  if (any_joined) {
+    // Joined ranks set no bits, so cached operations go through the coordinator.
+    while (!hits_.empty()) renegotiate_hit(hits_.begin()->first);
+  } else {
+    for (int bit = 0; bit < words_ * 64; ++bit) {
+      if (!test_bit(words, 1, bit) || !cache_.contains(bit)) continue;
+      cycle.responses.push_back(cache_.response(bit));
+      cache_.touch(bit);
+      hits_.erase(bit);
+    }
+  }
+
+  if ((any & (kUncached | kCoordinator)) || any_invalid || any_joined) {
+    ++slow_cycles_;
+    ResponseList list;
+    cycle.fatal = slow_path(now, &list);
+    if (!cycle.fatal.ok()) return cycle;
+    if (list.abort_code != ErrorCode::kOk) {
+      cycle.fatal = Status(list.abort_code, list.abort_message);
+      return cycle;
+    }
+    for (auto& resp : list.responses) {
+      if (resp.op == OpType::kJoin) joined_ = false;
+      auto mine = sent_.find(resp.name);
+      if (mine != sent_.end()) {
+        if (ResponseCache::cacheable(resp) && cache_.capacity() > 0) {
+          const int evicted = cache_.put(resp, mine->second);
+          if (evicted >= 0) renegotiate_hit(evicted);
+        }
+        sent_.erase(mine);
+      }
+      cycle.responses.push_back(std::move(resp));
+    }
+  } else if (!cycle.responses.empty()) {
+    ++fast_cycles_;
+  }
+  return cycle;
+}
+
+Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
+  for (const auto& r : uncached_) sent_[r.name] = r;
+  const std::string mine = encode_requests(uncached_);
+  uncached_.clear();
+  std::vector<std::string> all;
+  KOLO_RETURN_IF_ERROR(comm_->control_gather(mine, &all, deadline()));
+  std::string encoded;
+  if (comm_->rank() == 0) {
+    for (const auto& bytes : all) {
+      std::vector<Request> reqs;
+      KOLO_RETURN_IF_ERROR(decode_requests(bytes, &reqs));
+      for (const auto& r : reqs) table_.add(r, now);
+    }
+    list->responses = table_.take_ready();
+    if (!abort_message_.empty()) {
+      list->abort_code = ErrorCode::kStalled;
+      list->abort_message = abort_message_;
+    }
+    encoded = encode_response_list(*list);
+  }
+  KOLO_RETURN_IF_ERROR(comm_->control_broadcast(&encoded, deadline()));
+  if (comm_->rank() != 0) KOLO_RETURN_IF_ERROR(decode_response_list(encoded, list));
+  return Status::OK();
+}
+
+void Controller::check_stalls(Clock::time_point now) {
+  if (config_.stall_check_seconds <= 0 || now < next_stall_check_ || table_.empty()) return;
+  // Look once a second; warn about each stalled name once per KOLO_STALL_CHECK_SECONDS.
+  next_stall_check_ = now + std::chrono::seconds(1);
+  const auto period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config_.stall_check_seconds));
+  std::unordered_map<std::string, Clock::time_point> still_warned;
+  for (const auto& s : table_.stalls(now, config_.stall_check_seconds)) {
+    auto it = warned_.find(s.name);
+    if (it != warned_.end() && now - it->second < period) {
+      still_warned.insert(*it);
+      continue;
+    }
+    still_warned[s.name] = now;
+    KOLO_LOG(kWarning, "stall")
+        << "tensor '" << s.name << "' was submitted by rank(s) " << rank_list_string(s.submitted)
+        << " but not by rank(s) " << rank_list_string(s.missing) << " for "
+        << static_cast<int>(s.seconds) << " s; a rank may be stuck or submitting different names";
+  }
+  warned_ = std::move(still_warned);
+  if (config_.stall_shutdown_seconds > 0 && abort_message_.empty()) {
+    const auto stalled = table_.stalls(now, config_.stall_shutdown_seconds);
+    if (!stalled.empty()) {
+      const auto& s = stalled.front();
+      abort_message_ = "stall shutdown after " + std::to_string(static_cast<int>(s.seconds)) +
+                       " s (KOLO_STALL_SHUTDOWN_SECONDS): tensor '" + s.name +
+                       "' was submitted by rank(s) " + rank_list_string(s.submitted) +
+                       " but not by rank(s) " + rank_list_string(s.missing);
+      if (stalled.size() > 1) {
+        abort_message_ += " (and " + std::to_string(stalled.size() - 1) + " more stalled tensors)";
+      }
+      KOLO_LOG(kError, "stall") << abort_message_;
+    }
+  }
+}
+
+}  // namespace kolo::core

@@ -1,0 +1,76 @@
+// Controller: one process set's negotiation cycle, run by the background thread.
+//
+// Each cycle every rank of the set:
+//   1. sorts its new requests into cache hits (a bit) and uncached requests;
+//   2. takes part in one control_and of [flags | hit bits | invalid bits]: flags and
+//      invalid bits are sent inverted so the AND computes their OR;
+//   3. erases cache entries some rank found invalid, and takes the fast path: cached
+//      responses whose bit every rank set, in bit order;
+//   4. if any rank has uncached requests (or has joined, or the coordinator must speak),
+//      takes the slow path: request lists are gathered on rank 0, which validates them
+//      (negotiation.h), checks for stalls and broadcasts the ordered responses;
+//   5. adds new cacheable responses to the cache (the same order everywhere).
+// Every rank thus gets the same response list in the same order. Not for: executing
+// responses (Runtime) or the wire (Communicator).
+#pragma once
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.h"
+#include "core/message.h"
+#include "core/negotiation.h"
+#include "core/response_cache.h"
+#include "transport/communicator.h"
+
+namespace kolo::core {
+
+class Controller {
+ public:
+  Controller(const Config& config, transport::Communicator* comm);
+
+  struct Cycle {
+    std::vector<Response> responses;  // execute in this order
+    bool shutdown = false;            // some rank called shutdown()
+    Status fatal;                     // peer failure or stall shutdown: stop the runtime
+  };
+  Cycle run(std::vector<Request> new_requests, bool want_shutdown);
+
+  // For tests and logs.
+  std::uint64_t fast_cycles() const { return fast_cycles_; }
+  std::uint64_t slow_cycles() const { return slow_cycles_; }
+  const ResponseCache& cache() const { return cache_; }
+
+ private:
+  struct Hit {
+    Request request;
+    Clock::time_point since;
+  };
+  enum Flag : std::uint64_t { kUncached = 1, kShutdown = 2, kJoined = 4, kCoordinator = 8 };
+
+  void sort_new(std::vector<Request> requests, Clock::time_point now,
+                std::vector<std::uint64_t>* invalid);
+  Status slow_path(Clock::time_point now, ResponseList* list);
+  void check_stalls(Clock::time_point now);
+  void renegotiate_hit(int bit);
+  transport::Deadline deadline() const;
+
+  const Config& config_;
+  transport::Communicator* comm_;
+  const int words_;  // 64-bit words per cache bit vector
+  ResponseCache cache_;
+  MessageTable table_;  // used on the coordinator (rank 0) only
+  std::vector<Request> uncached_;                   // to send on the next slow path
+  std::map<int, Hit> hits_;                         // cache bit -> pending request
+  std::unordered_map<std::string, Request> sent_;  // sent to the coordinator, unanswered
+  bool joined_ = false;
+  std::string abort_message_;  // coordinator: stall shutdown to announce
+  Clock::time_point next_stall_check_{};
+  std::unordered_map<std::string, Clock::time_point> warned_;  // stalled name -> last warning
+  std::uint64_t fast_cycles_ = 0;
+  std::uint64_t slow_cycles_ = 0;
+};
+
+}  // namespace kolo::core

@@ -1,0 +1,148 @@
+#include "core/executor.h"
+
+#include <cstring>
+
+#include "common/reduce.h"
+#include "core/negotiation.h"
+
+namespace kolo::core {
+namespace {
+
+using transport::Deadline;
+
+std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// Bytes of one dim-0 row of `shape`.
+std::size_t row_bytes(const Shape& shape, DataType dtype) {
+  std::size_t n = dtype_size(dtype);
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= static_cast<std::size_t>(shape[i]);
+  return n;
+}
+
+// The reduction the wire runs for `op`: averaging is a sum followed by a division.
+ReduceOp wire_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+void finish_scaling(void* buf, std::size_t count, const Response& r, int size) {
+  const double divisor = r.reduce_op == ReduceOp::kAverage ? size : 1.0;
+  if (r.postscale != 1.0 || divisor != 1.0) scale(buf, count, r.dtype, r.postscale, divisor);
+}
+
+Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* entry,
+                     Deadline deadline) {
+  for (std::size_t i = 0; i < r.shapes.size(); ++i) {
+    const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+    Tensor zeros;
+    void* buf;
+    if (entry) {
+      const TensorView& in = entry->inputs[i];
+      const TensorView& out = entry->outputs[i];
+      buf = out.data;
+      if (in.data != out.data && count) std::memcpy(out.data, in.data, out.nbytes());
+    } else {
+      zeros = Tensor(r.dtype, r.shapes[i]);  // value-initialised: zeros
+      buf = zeros.data();
+    }
+    if (r.prescale != 1.0) scale(buf, count, r.dtype, r.prescale);
+    KOLO_RETURN_IF_ERROR(comm.allreduce(buf, count, r.dtype, wire_op(r.reduce_op), deadline));
+    finish_scaling(buf, count, r, comm.size());
+  }
+  return Status::OK();
+}
+
+Status run_allgather(transport::Communicator& comm, const Response& r, Entry& entry,
+                     Deadline deadline) {
+  const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
+  std::vector<std::size_t> bytes(comm.size());
+  Shape out_shape = r.shapes[0];
+  out_shape[0] = 0;
+  for (int j = 0; j < comm.size(); ++j) {
+    bytes[j] = static_cast<std::size_t>(r.first_dims[j]) * rb;
+    out_shape[0] += r.first_dims[j];
+  }
+  auto& out = entry.handle->output;
+  out = Tensor(r.dtype, out_shape);
+  return comm.allgatherv(entry.inputs[0].data, out.data(), bytes, deadline);
+}
+
+Status run_alltoall(transport::Communicator& comm, const Response& r, Entry& entry,
+                    Deadline deadline) {
+  const int size = comm.size();
+  const int me = comm.rank();
+  const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
+  std::vector<std::size_t> send(size), recv(size);
+  auto& received = entry.handle->received_splits;
+  received.assign(size, 0);
+  Shape out_shape = entry.inputs[0].shape;
+  out_shape[0] = 0;
+  for (int j = 0; j < size; ++j) {
+    const std::int64_t to_j = r.splits[std::size_t(me) * size + j];
+    const std::int64_t from_j = r.splits[std::size_t(j) * size + me];
+    send[j] = static_cast<std::size_t>(to_j) * rb;
+    recv[j] = static_cast<std::size_t>(from_j) * rb;
+    received[j] = from_j;
+    out_shape[0] += from_j;
+  }
+  auto& out = entry.handle->output;
+  out = Tensor(r.dtype, out_shape);
+  return comm.alltoallv(entry.inputs[0].data, send, out.data(), recv, deadline);
+}
+
+Status run_reducescatter(transport::Communicator& comm, const Response& r, Entry& entry,
+                         Deadline deadline) {
+  const int size = comm.size();
+  const Shape& shape = r.shapes[0];
+  const std::size_t row_elems = row_bytes(shape, r.dtype) / dtype_size(r.dtype);
+  std::vector<std::size_t> counts(size);
+  for (int j = 0; j < size; ++j) {
+    counts[j] = static_cast<std::size_t>(reducescatter_rows(shape[0], size, j)) * row_elems;
+  }
+  const void* send = entry.inputs[0].data;
+  Tensor scaled;  // never scale the caller's input in place
+  if (r.prescale != 1.0) {
+    scaled = Tensor(r.dtype, shape);
+    std::memcpy(scaled.data(), send, scaled.nbytes());
+    scale(scaled.data(), static_cast<std::size_t>(numel(shape)), r.dtype, r.prescale);
+    send = scaled.data();
+  }
+  Shape out_shape = shape;
+  out_shape[0] = reducescatter_rows(shape[0], size, comm.rank());
+  auto& out = entry.handle->output;
+  out = Tensor(r.dtype, out_shape);
+  KOLO_RETURN_IF_ERROR(comm.reducescatter(send, out.data(), counts, r.dtype, wire_op(r.reduce_op), deadline));
+  finish_scaling(out.data(), counts[comm.rank()], r, size);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status execute_response(transport::Communicator& comm, const Response& r, Entry* entry,
+                        Deadline deadline) {
+  if (r.device != DeviceKind::kCPU && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
+    return Status(ErrorCode::kUnsupported,
+                  std::string(op_name(r.op)) + " '" + r.name +
+                      "': the core runtime only reads and writes CPU memory; pass CUDA tensors "
+                      "through the libtorch adapter (kolo/torch.h), which stages them on the host");
+  }
+  if (!entry && r.op != OpType::kAllreduce && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
+    return Internal(std::string(op_name(r.op)) + " '" + r.name + "' reached a rank that did not submit it");
+  }
+  switch (r.op) {
+    case OpType::kAllreduce: return run_allreduce(comm, r, entry, deadline);
+    case OpType::kAllgather: return run_allgather(comm, r, *entry, deadline);
+    case OpType::kBroadcast:
+      return comm.broadcast(entry->outputs[0].data, entry->outputs[0].nbytes(), r.root, deadline);
+    case OpType::kAlltoall: return run_alltoall(comm, r, *entry, deadline);
+    case OpType::kReducescatter: return run_reducescatter(comm, r, *entry, deadline);
+    case OpType::kBarrier: return comm.barrier(deadline);
+    case OpType::kJoin:
+      if (entry) entry->handle->last_joined_rank = r.last_joined;
+      return Status::OK();
+  }
+  return Internal("unknown operation in response");
+}
+
+}  // namespace kolo::core

@@ -1,0 +1,49 @@
+#include "core/launch_env.h"
+
+#include <cstdlib>
+
+namespace kolo::core {
+namespace {
+
+bool get_int(const Env& env, const char* name, int* out) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return false;
+  char* end = nullptr;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (*end != '\0') return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool from(const Env& env, const char* launcher, const char* rank, const char* size,
+          const char* local_rank, const char* local_size, LaunchEnv* out) {
+  LaunchEnv e;
+  if (!get_int(env, rank, &e.rank) || !get_int(env, size, &e.size)) return false;
+  e.launcher = launcher;
+  if (local_rank) get_int(env, local_rank, &e.local_rank);
+  if (!local_size || !get_int(env, local_size, &e.local_size)) e.local_size = e.size;
+  *out = e;
+  return true;
+}
+
+}  // namespace
+
+LaunchEnv detect_launch_env(const Env& env) {
+  LaunchEnv e;
+  if (from(env, "kolorun", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", &e) ||
+      from(env, "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", &e) ||
+      from(env, "pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", &e) ||
+      from(env, "slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, &e)) {
+    if (e.launcher == "slurm") {
+      // SLURM_NTASKS_PER_NODE may be "2(x3)"; the leading number is this node's count.
+      int per_node;
+      if (get_int(env, "SLURM_NTASKS_PER_NODE", &per_node)) e.local_size = per_node;
+      else if (int n; get_int(env, "SLURM_NNODES", &n) && n == 1) e.local_size = e.size;
+    }
+    return e;
+  }
+  return LaunchEnv{};
+}
+
+}  // namespace kolo::core

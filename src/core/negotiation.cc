@@ -1,0 +1,350 @@
+#include "core/negotiation.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace kolo::core {
+
+std::string rank_list_string(const std::vector<int>& ranks) {
+  std::string s;
+  const std::size_t shown = std::min<std::size_t>(ranks.size(), 16);
+  for (std::size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (shown < ranks.size()) s += " ... (" + std::to_string(ranks.size() - shown) + " more)";
+  return s;
+}
+
+std::int64_t reducescatter_rows(std::int64_t rows, int size, int rank) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+namespace {
+
+// "float32 on ranks 0, 2; float64 on rank 1": each distinct value with its ranks.
+template <typename F>
+std::string by_value(const std::vector<Request>& reqs, F value) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const auto& r : reqs) {
+    const std::string v = value(r);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == v; });
+    if (it == groups.end()) {
+      groups.push_back({v, {r.rank}});
+    } else {
+      it->second.push_back(r.rank);
+    }
+  }
+  std::string s;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    s += (i ? "; " : "") + groups[i].first + (groups[i].second.size() > 1 ? " on ranks " : " on rank ") +
+         rank_list_string(groups[i].second);
+  }
+  return s;
+}
+
+template <typename F>
+bool all_same(const std::vector<Request>& reqs, F value) {
+  for (const auto& r : reqs) {
+    if (!(value(r) == value(reqs.front()))) return false;
+  }
+  return true;
+}
+
+std::string shapes_string(const std::vector<Shape>& shapes) {
+  if (shapes.size() == 1) return shape_string(shapes[0]);
+  std::string s = "(";
+  for (std::size_t i = 0; i < shapes.size(); ++i) s += (i ? ", " : "") + shape_string(shapes[i]);
+  return s + ")";
+}
+
+std::string num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+Response error(const Request& first, ErrorCode code, std::string message) {
+  Response r;
+  r.op = first.op;
+  r.name = first.name;
+  r.error_code = code;
+  r.error = std::move(message);
+  return r;
+}
+
+std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+Shape tail(const Shape& s) { return s.empty() ? Shape{} : Shape(s.begin() + 1, s.end()); }
+
+// Checks shared by several ops; returns a message or "".
+std::string check_same_shapes(const std::vector<Request>& reqs, const std::string& what) {
+  if (all_same(reqs, [](const Request& r) { return r.shapes; })) return "";
+  std::string m = "Mismatched shapes for " + what + ": " +
+                  by_value(reqs, [](const Request& r) { return shapes_string(r.shapes); });
+  bool same_count = all_same(reqs, [](const Request& r) {
+    std::vector<std::int64_t> counts;
+    for (const auto& s : r.shapes) counts.push_back(numel(s));
+    return counts;
+  });
+  if (same_count) m += " (the same number of elements but different dimensions)";
+  return m + ". Every rank must pass a tensor of the same shape.";
+}
+
+std::string check_zero_d(const std::vector<Request>& reqs, const std::string& what) {
+  std::vector<int> bad;
+  for (const auto& r : reqs) {
+    if (r.shapes.empty() || r.shapes[0].empty()) bad.push_back(r.rank);
+  }
+  if (bad.empty()) return "";
+  return what + " got a 0-d (scalar) tensor on rank(s) " + rank_list_string(bad) +
+         "; it splits or concatenates along dimension 0, so pass a tensor with at least one "
+         "dimension (e.g. reshape to [1]).";
+}
+
+std::string check_same_tails(const std::vector<Request>& reqs, const std::string& what) {
+  if (all_same(reqs, [](const Request& r) { return tail(r.shapes[0]); })) return "";
+  return "Mismatched shapes for " + what + ": " +
+         by_value(reqs, [](const Request& r) { return shape_string(r.shapes[0]); }) +
+         ". Dimension 0 may differ between ranks, the other dimensions must agree.";
+}
+
+// Fills resp.splits (size x size) or returns a message.
+std::string alltoall_splits(const std::vector<Request>& reqs, int size, const std::string& what,
+                            Response* resp) {
+  resp->splits.assign(static_cast<std::size_t>(size) * size, 0);
+  for (const auto& r : reqs) {
+    const std::int64_t rows = r.shapes[0][0];
+    std::vector<std::int64_t> splits = r.splits;
+    if (splits.empty()) {
+      if (rows % size != 0) {
+        return what + " on rank " + std::to_string(r.rank) + ": dimension 0 (" +
+               std::to_string(rows) + ") does not divide evenly among " + std::to_string(size) +
+               " ranks; pass splits.";
+      }
+      splits.assign(size, rows / size);
+    }
+    if (static_cast<int>(splits.size()) != size) {
+      return what + " on rank " + std::to_string(r.rank) + ": splits has " +
+             std::to_string(splits.size()) + " entries but there are " + std::to_string(size) +
+             " ranks; pass one entry per rank.";
+    }
+    std::int64_t sum = 0;
+    for (int j = 0; j < size; ++j) {
+      if (splits[j] < 0) {
+        return what + " on rank " + std::to_string(r.rank) + ": splits[" + std::to_string(j) +
+               "] = " + std::to_string(splits[j]) + " is negative.";
+      }
+      sum += splits[j];
+    }
+    if (sum > rows) {
+      return what + " on rank " + std::to_string(r.rank) + ": splits sum to " +
+             std::to_string(sum) + " rows but dimension 0 has only " + std::to_string(rows) + ".";
+    }
+    std::copy(splits.begin(), splits.end(), resp->splits.begin() + std::size_t(r.rank) * size);
+  }
+  return "";
+}
+
+}  // namespace
+
+Response make_response(const std::vector<Request>& reqs, const std::vector<std::int32_t>& joined,
+                       int size) {
+  const Request& first = reqs.front();
+  const std::string what = std::string(op_name(first.op)) + " '" + first.name + "'";
+
+  if (!all_same(reqs, [](const Request& r) { return r.op; })) {
+    return error(first, ErrorCode::kMismatch,
+                 "Mismatched operations for tensor '" + first.name + "': " +
+                     by_value(reqs, [](const Request& r) { return std::string(op_name(r.op)); }) +
+                     ". Every rank must submit the same operation under one name.");
+  }
+  if (!all_same(reqs, [](const Request& r) { return r.dtype; })) {
+    return error(first, ErrorCode::kMismatch,
+                 "Mismatched data types for " + what + ": " +
+                     by_value(reqs, [](const Request& r) { return std::string(dtype_name(r.dtype)); }) +
+                     ".");
+  }
+  if (!all_same(reqs, [](const Request& r) { return r.device; })) {
+    return error(first, ErrorCode::kMismatch,
+                 "Mismatched devices for " + what + ": " +
+                     by_value(reqs, [](const Request& r) { return std::string(device_kind_name(r.device)); }) +
+                     ". Either every rank passes a CPU tensor or every rank a GPU tensor.");
+  }
+
+  const bool needs_all = first.op == OpType::kAllgather || first.op == OpType::kBroadcast ||
+                         first.op == OpType::kAlltoall || first.op == OpType::kReducescatter;
+  if (needs_all && !joined.empty()) {
+    std::vector<int> j(joined.begin(), joined.end());
+    std::sort(j.begin(), j.end());
+    return error(first, ErrorCode::kInvalidArgument,
+                 what + " cannot run while rank(s) " + rank_list_string(j) +
+                     " have joined: only allreduce and barrier take joined ranks into account.");
+  }
+
+  Response resp;
+  resp.op = first.op;
+  resp.name = first.name;
+  resp.dtype = first.dtype;
+  resp.device = first.device;
+  resp.reduce_op = first.reduce_op;
+  resp.root = first.root;
+  resp.prescale = first.prescale;
+  resp.postscale = first.postscale;
+
+  std::string msg;
+  switch (first.op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter: {
+      if (!all_same(reqs, [](const Request& r) { return r.reduce_op; })) {
+        msg = "Mismatched reduce ops for " + what + ": " +
+              by_value(reqs, [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); }) + ".";
+      } else if (!all_same(reqs, [](const Request& r) { return r.prescale; })) {
+        msg = "Mismatched prescale factors for " + what + ": " +
+              by_value(reqs, [](const Request& r) { return num(r.prescale); }) + ".";
+      } else if (!all_same(reqs, [](const Request& r) { return r.postscale; })) {
+        msg = "Mismatched postscale factors for " + what + ": " +
+              by_value(reqs, [](const Request& r) { return num(r.postscale); }) + ".";
+      } else if (first.op == OpType::kReducescatter &&
+                 !(first.reduce_op == ReduceOp::kSum || first.reduce_op == ReduceOp::kAverage)) {
+        return error(first, ErrorCode::kInvalidArgument,
+                     what + ": reduce op " + reduce_op_name(first.reduce_op) +
+                         " is not supported; reducescatter takes sum or average.");
+      } else if (first.dtype == DataType::kBool &&
+                 (first.reduce_op == ReduceOp::kAverage || first.prescale != 1.0 ||
+                  first.postscale != 1.0)) {
+        return error(first, ErrorCode::kInvalidArgument,
+                     what + ": bool tensors cannot be averaged or scaled; use sum (logical or), "
+                            "min or max.");
+      } else if (first.op == OpType::kReducescatter && !(msg = check_zero_d(reqs, what)).empty()) {
+        return error(first, ErrorCode::kInvalidArgument, msg);
+      } else {
+        msg = check_same_shapes(reqs, what);
+      }
+      resp.shapes = first.shapes;
+      if (first.op == OpType::kAllreduce) resp.joined_ranks = joined;
+      break;
+    }
+    case OpType::kBroadcast: {
+      if (!all_same(reqs, [](const Request& r) { return r.root; })) {
+        msg = "Mismatched root ranks for " + what + ": " +
+              by_value(reqs, [](const Request& r) { return "root " + std::to_string(r.root); }) +
+              ". Every rank must name the same root.";
+      } else if (first.root < 0 || first.root >= size) {
+        return error(first, ErrorCode::kInvalidArgument,
+                     what + ": root rank " + std::to_string(first.root) + " is out of range; there are " +
+                         std::to_string(size) + " ranks (0 to " + std::to_string(size - 1) + ").");
+      } else {
+        msg = check_same_shapes(reqs, what);
+      }
+      resp.shapes = first.shapes;
+      break;
+    }
+    case OpType::kAllgather: {
+      if (!(msg = check_zero_d(reqs, what)).empty()) {
+        return error(first, ErrorCode::kInvalidArgument, msg);
+      }
+      msg = check_same_tails(reqs, what);
+      resp.shapes = {first.shapes[0]};
+      resp.first_dims.assign(size, 0);
+      for (const auto& r : reqs) resp.first_dims[r.rank] = r.shapes[0][0];
+      break;
+    }
+    case OpType::kAlltoall: {
+      if (!(msg = check_zero_d(reqs, what)).empty()) {
+        return error(first, ErrorCode::kInvalidArgument, msg);
+      }
+      msg = check_same_tails(reqs, what);
+      if (msg.empty()) {
+        msg = alltoall_splits(reqs, size, what, &resp);
+        if (!msg.empty()) return error(first, ErrorCode::kInvalidArgument, msg);
+      }
+      resp.shapes = {first.shapes[0]};
+      break;
+    }
+    case OpType::kBarrier:
+      resp.joined_ranks = joined;
+      break;
+    case OpType::kJoin:
+      break;
+  }
+  if (!msg.empty()) return error(first, ErrorCode::kMismatch, msg);
+  return resp;
+}
+
+bool MessageTable::is_joined(int rank) const {
+  return std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
+}
+
+void MessageTable::add(const Request& request, Clock::time_point now) {
+  if (request.op == OpType::kJoin) {
+    if (!is_joined(request.rank)) joined_.push_back(request.rank);
+    return;
+  }
+  auto [it, inserted] = entries_.try_emplace(request.name);
+  if (inserted) {
+    it->second.by_rank.resize(size_);
+    it->second.first_seen = now;
+    order_.push_back(request.name);
+  }
+  it->second.by_rank[request.rank] = request;
+}
+
+std::vector<Response> MessageTable::take_ready() {
+  std::vector<Response> ready;
+  std::vector<std::string> remaining;
+  for (const auto& name : order_) {
+    Entry& e = entries_.at(name);
+    bool complete = true;
+    std::vector<Request> reqs;
+    for (int r = 0; r < size_; ++r) {
+      if (e.by_rank[r]) {
+        reqs.push_back(*e.by_rank[r]);
+      } else if (!is_joined(r)) {
+        complete = false;
+        break;
+      }
+    }
+    if (!complete) {
+      remaining.push_back(name);
+      continue;
+    }
+    ready.push_back(make_response(reqs, joined_, size_));
+    entries_.erase(name);
+  }
+  order_ = std::move(remaining);
+  if (static_cast<int>(joined_.size()) == size_) {
+    Response join;
+    join.op = OpType::kJoin;
+    join.name = "join";
+    join.last_joined = joined_.back();
+    ready.push_back(std::move(join));
+    joined_.clear();
+  }
+  return ready;
+}
+
+std::vector<MessageTable::Stall> MessageTable::stalls(Clock::time_point now, double seconds) const {
+  std::vector<Stall> out;
+  for (const auto& name : order_) {
+    const Entry& e = entries_.at(name);
+    const double age = std::chrono::duration<double>(now - e.first_seen).count();
+    if (age < seconds) continue;
+    Stall s;
+    s.name = name;
+    s.seconds = age;
+    for (int r = 0; r < size_; ++r) {
+      if (e.by_rank[r]) {
+        s.submitted.push_back(r);
+      } else if (!is_joined(r)) {
+        s.missing.push_back(r);
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace kolo::core

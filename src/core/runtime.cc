@@ -1,0 +1,290 @@
+#include "core/runtime.h"
+
+#include <chrono>
+
+#include "common/logging.h"
+#include "core/controller.h"
+#include "core/executor.h"
+
+namespace kolo::core {
+
+namespace {
+
+[[noreturn]] void throw_error(ErrorCode code, const std::string& message) {
+  throw Error(code, message);
+}
+
+void check_view(const TensorView& v, const std::string& what) {
+  if (v.numel() < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension " + shape_string(v.shape));
+  if (v.data == nullptr && v.numel() > 0) {
+    throw_error(ErrorCode::kInvalidArgument,
+                what + " has " + std::to_string(v.numel()) + " elements but a null data pointer");
+  }
+}
+
+std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
+
+}  // namespace
+
+Runtime::Runtime(Config config, CommunicatorFactory factory)
+    : config_(std::move(config)), factory_(std::move(factory)) {}
+
+Runtime::~Runtime() { shutdown(); }
+
+Status Runtime::start() {
+  thread_ = std::thread([this] { loop(); });
+  std::unique_lock<std::mutex> lock(mu_);
+  // MPI start-up waits for every process of the job; bound it like any other wait.
+  const auto limit = seconds(std::max(60.0, config_.peer_timeout_seconds));
+  if (!started_cv_.wait_for(lock, limit, [this] { return started_; })) {
+    return PeerFailure("the " + config_.transport + " transport did not start within " +
+                       std::to_string(static_cast<int>(limit.count())) +
+                       " s; are all workers running (kolorun/mpirun)?");
+  }
+  return start_status_;
+}
+
+void Runtime::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_requested_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Runtime::default_name(OpType op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::string(op_name(op)) + ".noname." + std::to_string(unnamed_counts_[op]++);
+}
+
+Handle Runtime::enqueue(Request request, std::vector<TensorView> inputs,
+                        std::vector<TensorView> outputs) {
+  auto entry = std::make_shared<Entry>();
+  entry->handle = std::make_shared<detail::HandleState>();
+  entry->handle->name = request.name;
+  entry->handle->times.enqueued = Handle::Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!fatal_.ok()) throw_error(fatal_.code(), fatal_.message());
+    if (!running_ || stop_requested_) {
+      throw_error(ErrorCode::kNotInitialized,
+                  std::string(op_name(request.op)) + " '" + request.name +
+                      "': kolo is not running (call kolo::init() first; after kolo::shutdown() "
+                      "no operation can be submitted)");
+    }
+    if (table_.count(request.name)) {
+      throw_error(ErrorCode::kDuplicateName,
+                  "a tensor named '" + request.name + "' is already in flight on rank " +
+                      std::to_string(topology_.rank) +
+                      "; wait for its handle before reusing the name, or choose another name");
+    }
+    request.rank = topology_.rank;
+    entry->request = request;
+    entry->inputs = std::move(inputs);
+    entry->outputs = std::move(outputs);
+    table_.emplace(request.name, entry);
+    new_requests_.push_back(std::move(request));
+  }
+  work_cv_.notify_one();
+  return Handle(entry->handle);
+}
+
+Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
+                          const std::vector<TensorView>& outputs, const AllreduceOptions& o,
+                          bool grouped) {
+  Request r;
+  r.op = OpType::kAllreduce;
+  r.name = o.name.empty() ? default_name(r.op) : o.name;
+  const std::string what = std::string(grouped ? "grouped allreduce '" : "allreduce '") + r.name + "'";
+  if (o.process_set != kGlobalProcessSet) {
+    throw_error(ErrorCode::kInvalidArgument,
+                what + ": process set " + std::to_string(o.process_set) +
+                    " does not exist (only the global set 0 is available)");
+  }
+  if (inputs.empty() || inputs.size() != outputs.size()) {
+    throw_error(ErrorCode::kInvalidArgument,
+                what + ": got " + std::to_string(inputs.size()) + " inputs and " +
+                    std::to_string(outputs.size()) + " outputs; pass one output per input (at least one)");
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView& in = inputs[i];
+    const TensorView& out = outputs[i];
+    check_view(in, what + " input " + std::to_string(i));
+    check_view(out, what + " output " + std::to_string(i));
+    if (in.dtype != inputs[0].dtype || in.device != inputs[0].device) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  what + ": every tensor of a group must have the same dtype and device");
+    }
+    if (out.dtype != in.dtype || out.numel() != in.numel() || out.device != in.device) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  what + ": output " + std::string(dtype_name(out.dtype)) + shape_string(out.shape) +
+                      " does not match input " + dtype_name(in.dtype) + shape_string(in.shape) +
+                      "; they need the same dtype, device and number of elements");
+    }
+    r.shapes.push_back(in.shape);
+  }
+  r.dtype = inputs[0].dtype;
+  r.device = inputs[0].device;
+  r.reduce_op = o.op;
+  r.prescale = o.prescale_factor;
+  r.postscale = o.postscale_factor;
+  return enqueue(std::move(r), inputs, outputs);
+}
+
+namespace {
+Request single(OpType op, const std::string& name, const TensorView& t, int process_set) {
+  if (process_set != kGlobalProcessSet) {
+    throw_error(ErrorCode::kInvalidArgument,
+                std::string(op_name(op)) + " '" + name + "': process set " +
+                    std::to_string(process_set) + " does not exist (only the global set 0 is available)");
+  }
+  check_view(t, std::string(op_name(op)) + " '" + name + "' tensor");
+  Request r;
+  r.op = op;
+  r.name = name;
+  r.dtype = t.dtype;
+  r.device = t.device;
+  r.shapes = {t.shape};
+  return r;
+}
+}  // namespace
+
+Handle Runtime::allgather(const TensorView& input, const AllgatherOptions& o) {
+  const auto name = o.name.empty() ? default_name(OpType::kAllgather) : o.name;
+  return enqueue(single(OpType::kAllgather, name, input, o.process_set), {input}, {});
+}
+
+Handle Runtime::broadcast(const TensorView& tensor, const BroadcastOptions& o) {
+  const auto name = o.name.empty() ? default_name(OpType::kBroadcast) : o.name;
+  Request r = single(OpType::kBroadcast, name, tensor, o.process_set);
+  r.root = o.root;
+  return enqueue(std::move(r), {tensor}, {tensor});
+}
+
+Handle Runtime::alltoall(const TensorView& input, const AlltoallOptions& o) {
+  const auto name = o.name.empty() ? default_name(OpType::kAlltoall) : o.name;
+  Request r = single(OpType::kAlltoall, name, input, o.process_set);
+  r.splits = o.splits;
+  return enqueue(std::move(r), {input}, {});
+}
+
+Handle Runtime::reducescatter(const TensorView& input, const ReducescatterOptions& o) {
+  const auto name = o.name.empty() ? default_name(OpType::kReducescatter) : o.name;
+  Request r = single(OpType::kReducescatter, name, input, o.process_set);
+  r.reduce_op = o.op;
+  r.prescale = o.prescale_factor;
+  r.postscale = o.postscale_factor;
+  return enqueue(std::move(r), {input}, {});
+}
+
+Handle Runtime::barrier(const BarrierOptions& o) {
+  TensorView none;
+  none.shape = {0};
+  Request r = single(OpType::kBarrier, default_name(OpType::kBarrier), none, o.process_set);
+  r.shapes.clear();
+  return enqueue(std::move(r), {}, {});
+}
+
+Handle Runtime::join() {
+  Request r;
+  r.op = OpType::kJoin;
+  r.name = "join";
+  return enqueue(std::move(r), {}, {});
+}
+
+std::uint64_t Runtime::fast_cycles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fast_cycles_;
+}
+
+std::uint64_t Runtime::slow_cycles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slow_cycles_;
+}
+
+std::shared_ptr<Entry> Runtime::take(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = table_.find(name);
+  if (it == table_.end()) return nullptr;
+  auto entry = std::move(it->second);
+  table_.erase(it);
+  return entry;
+}
+
+void Runtime::fail_all(const Status& status) {
+  std::unordered_map<std::string, std::shared_ptr<Entry>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fatal_.ok()) fatal_ = status;
+    pending.swap(table_);
+    new_requests_.clear();
+  }
+  for (auto& [name, entry] : pending) entry->handle->complete(status.code(), status.message());
+}
+
+void Runtime::loop() {
+  Status status = factory_(&comm_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) topology_ = comm_->topology();
+    start_status_ = status;
+    running_ = status.ok();
+    started_ = true;
+  }
+  started_cv_.notify_all();
+  if (!status.ok()) return;
+  log::set_rank(topology_.rank);
+
+  Controller controller(config_, comm_.get());
+  const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      seconds(config_.peer_timeout_seconds));
+  Status fatal;
+  bool shutdown = false;
+  while (!shutdown && fatal.ok()) {
+    std::vector<Request> requests;
+    bool want_stop;
+    {
+      // A cycle starts as soon as work arrives; an idle rank still cycles every
+      // KOLO_CYCLE_TIME_MS because negotiation is collective.
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait_for(lock, cycle_time, [this] { return !new_requests_.empty() || stop_requested_; });
+      requests.swap(new_requests_);
+      want_stop = stop_requested_;
+    }
+    Controller::Cycle cycle = controller.run(std::move(requests), want_stop);
+    fatal = cycle.fatal;
+    shutdown = cycle.shutdown;
+    for (const Response& r : cycle.responses) {
+      if (!fatal.ok()) break;
+      std::shared_ptr<Entry> entry = take(r.name);
+      if (r.is_error()) {
+        if (entry) entry->handle->complete(r.error_code, r.error);
+        continue;
+      }
+      if (entry) entry->handle->mark_started();
+      Status s = execute_response(*comm_, r, entry.get(), transport::Clock::now() + peer_timeout);
+      if (s.code() == ErrorCode::kPeerFailure) fatal = s;
+      if (entry) entry->handle->complete(s.code(), s.message());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    fast_cycles_ = controller.fast_cycles();
+    slow_cycles_ = controller.slow_cycles();
+  }
+  if (!fatal.ok()) {
+    KOLO_LOG(kError, "runtime") << fatal.message();
+    fail_all(fatal);
+  } else {
+    fail_all(Status(ErrorCode::kShutdown,
+                    "kolo was shut down (kolo::shutdown() on some rank) while this operation was pending"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  comm_.reset();  // on this thread: MPI_Finalize must run where MPI_Init ran
+}
+
+}  // namespace kolo::core

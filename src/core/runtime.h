@@ -1,0 +1,97 @@
+// Runtime: one instance of kolo's runtime (all of its state; no globals).
+//
+// The caller's threads enqueue named operations and get Handles; one background thread
+// owns the communicator and runs negotiation cycles (controller.h), executes the
+// responses (executor.h) and completes the handles. The public free functions in
+// include/kolo/kolo.h use one default Runtime; tests create several, one per rank, over
+// the inproc transport.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.h"
+#include "core/message.h"
+#include "kolo/kolo.h"
+#include "transport/communicator.h"
+
+namespace kolo::core {
+
+// One submitted operation waiting to run.
+struct Entry {
+  Request request;
+  std::vector<TensorView> inputs;
+  std::vector<TensorView> outputs;
+  std::shared_ptr<detail::HandleState> handle;
+};
+
+class Runtime {
+ public:
+  // Creates the communicator; called once on the background thread, which is the only
+  // thread that uses it (so MPI may be initialised with MPI_THREAD_FUNNELED).
+  using CommunicatorFactory = std::function<Status(std::unique_ptr<transport::Communicator>*)>;
+
+  Runtime(Config config, CommunicatorFactory factory);
+  ~Runtime();  // shuts down
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Starts the background thread and waits (bounded) until the transport is up.
+  Status start();
+  // Asks every rank to stop; pending operations fail with kShutdown. Idempotent.
+  void shutdown();
+
+  const transport::Topology& topology() const { return topology_; }
+  const Config& config() const { return config_; }
+
+  // The operations of include/kolo/kolo.h. Errors found on this rank alone (duplicate
+  // name, shut down, bad arguments) throw kolo::Error here.
+  Handle allreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                   const AllreduceOptions& options, bool grouped);
+  Handle allgather(const TensorView& input, const AllgatherOptions& options);
+  Handle broadcast(const TensorView& tensor, const BroadcastOptions& options);
+  Handle alltoall(const TensorView& input, const AlltoallOptions& options);
+  Handle reducescatter(const TensorView& input, const ReducescatterOptions& options);
+  Handle barrier(const BarrierOptions& options);
+  Handle join();
+
+  // Negotiation statistics of the global process set (for tests).
+  std::uint64_t fast_cycles() const;
+  std::uint64_t slow_cycles() const;
+
+ private:
+  Handle enqueue(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs);
+  std::string default_name(OpType op);
+  void loop();
+  void execute(const struct Response& response);
+  void fail_all(const Status& status);
+  std::shared_ptr<Entry> take(const std::string& name);
+
+  const Config config_;
+  CommunicatorFactory factory_;
+  transport::Topology topology_;  // written by the background thread before start() returns
+  std::unique_ptr<transport::Communicator> comm_;  // background thread only
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // new requests or shutdown
+  std::condition_variable started_cv_;
+  bool started_ = false;                                           // guarded by mu_
+  Status start_status_;                                            // guarded by mu_
+  bool stop_requested_ = false;                                    // guarded by mu_
+  bool running_ = false;                                           // guarded by mu_
+  Status fatal_;                                                   // guarded by mu_
+  std::unordered_map<std::string, std::shared_ptr<Entry>> table_;  // guarded by mu_
+  std::vector<Request> new_requests_;                              // guarded by mu_
+  std::map<OpType, std::uint64_t> unnamed_counts_;                 // guarded by mu_
+  std::uint64_t fast_cycles_ = 0;                                  // guarded by mu_
+  std::uint64_t slow_cycles_ = 0;                                  // guarded by mu_
+};
+
+}  // namespace kolo::core

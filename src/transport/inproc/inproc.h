@@ -1,0 +1,67 @@
+// In-process transport: N ranks as threads of one process, for the unit tests.
+//
+// An InprocWorld is shared by the ranks; each rank's thread uses its own communicator
+// (world.communicator(r)). Collectives meet at a barrier, read each other's buffers
+// directly and meet again before returning, so results are deterministic. Fault
+// injection: kill(r) makes rank r's calls fail at once while the others wait until
+// their deadline and then fail naming r, as with a real dead process.
+// Not for: performance; every rank computes full reductions.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/communicator.h"
+
+namespace kolo::transport {
+
+class InprocWorld {
+ public:
+  // `local_size` ranks per simulated host (size must be a multiple of it; 0 = size).
+  explicit InprocWorld(int size, int local_size = 0);
+  ~InprocWorld();
+
+  int size() const { return size_; }
+  // The communicator of rank r. Each may be taken once.
+  std::unique_ptr<Communicator> communicator(int rank);
+  // Simulates the death of rank r: its later calls fail at once; the others time out.
+  void kill(int rank);
+
+  // --- used by the communicators ---
+  struct Slot {
+    const void* send = nullptr;
+    std::size_t bytes = 0;
+    const std::vector<std::size_t>* sizes = nullptr;
+    const std::string* text = nullptr;
+    const std::vector<std::uint64_t>* words = nullptr;
+  };
+  // Publishes rank's slot, waits for every rank, runs `read` (which may read every
+  // slot), waits again so slots stay valid while others read. Fails on deadline naming
+  // the ranks that did not arrive, or at once if this rank was killed.
+  template <typename Read>
+  Status exchange(int rank, const Slot& mine, Deadline deadline, Read&& read) {
+    KOLO_RETURN_IF_ERROR(arrive(rank, mine, deadline));
+    read(static_cast<const std::vector<Slot>&>(slots_));
+    return arrive(rank, Slot{}, deadline, /*keep_slot=*/true);
+  }
+  Topology topology_of(int rank) const;
+
+ private:
+  Status arrive(int rank, const Slot& mine, Deadline deadline, bool keep_slot = false);
+
+  const int size_;
+  const int local_size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;        // written under mu_ before the first barrier of a call
+  std::vector<bool> arrived_;      // guarded by mu_
+  std::vector<bool> dead_;         // guarded by mu_
+  int arrivals_ = 0;               // guarded by mu_
+  std::uint64_t generation_ = 0;   // guarded by mu_
+  std::string broken_;             // guarded by mu_; set once a rank timed out
+};
+
+}  // namespace kolo::transport
