@@ -23,18 +23,26 @@ class InprocCommunicator final : public Communicator {
 
   Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                    Deadline deadline) override {
-    const std::size_t bytes = count * dtype_size(dtype);
-    std::vector<std::byte> result(bytes);
-    InprocWorld::Slot mine{buffer, bytes};
-    KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
-      if (bytes == 0) return;
-      std::memcpy(result.data(), slots[0].send, bytes);
-      for (std::size_t r = 1; r < slots.size(); ++r) {
-        reduce_into(result.data(), slots[r].send, count, dtype, op);
-      }
-    }));
-    if (bytes) std::memcpy(buffer, result.data(), bytes);
-    return Status::OK();
+    // Rank r reduces slice r of the result into rank 0's scratch (O(size x count) work in
+    // all), then every rank copies the whole result.
+    const std::size_t esize = dtype_size(dtype);
+    std::vector<std::byte> scratch(rank_ == 0 ? count * esize : 0);
+    InprocWorld::Slot mine{buffer, count * esize};
+    mine.scratch = scratch.data();
+    const int n = size();
+    const std::size_t lo = count * rank_ / n, hi = count * (rank_ + 1) / n;
+    return world_->exchange2(
+        rank_, mine, deadline,
+        [&](const auto& slots) {
+          if (hi == lo) return;
+          auto at = [&](const void* p) { return static_cast<const std::byte*>(p) + lo * esize; };
+          auto* out = static_cast<std::byte*>(slots[0].scratch) + lo * esize;
+          std::memcpy(out, at(slots[0].send), (hi - lo) * esize);
+          for (int r = 1; r < n; ++r) reduce_into(out, at(slots[r].send), hi - lo, dtype, op);
+        },
+        [&](const auto& slots) {
+          if (count) std::memcpy(buffer, slots[0].scratch, count * esize);
+        });
   }
 
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,

@@ -37,6 +37,7 @@ class InprocWorld {
     const std::vector<std::size_t>* sizes = nullptr;
     const std::string* text = nullptr;
     const std::vector<std::uint64_t>* words = nullptr;
+    void* scratch = nullptr;
   };
   // Publishes rank's slot, waits for every rank, runs `read` (which may read every
   // slot), waits again so slots stay valid while others read. Fails on deadline naming
@@ -45,6 +46,16 @@ class InprocWorld {
   Status exchange(int rank, const Slot& mine, Deadline deadline, Read&& read) {
     KOLO_RETURN_IF_ERROR(arrive(rank, mine, deadline));
     read(static_cast<const std::vector<Slot>&>(slots_));
+    return arrive(rank, Slot{}, deadline, /*keep_slot=*/true);
+  }
+  // Like exchange, with a third meeting: `first` runs after everyone published, `second`
+  // after everyone finished `first`, and slots stay valid until everyone finished `second`.
+  template <typename First, typename Second>
+  Status exchange2(int rank, const Slot& mine, Deadline deadline, First&& first, Second&& second) {
+    KOLO_RETURN_IF_ERROR(arrive(rank, mine, deadline));
+    first(static_cast<const std::vector<Slot>&>(slots_));
+    KOLO_RETURN_IF_ERROR(arrive(rank, Slot{}, deadline, /*keep_slot=*/true));
+    second(static_cast<const std::vector<Slot>&>(slots_));
     return arrive(rank, Slot{}, deadline, /*keep_slot=*/true);
   }
   Topology topology_of(int rank) const;

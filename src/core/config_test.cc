@@ -1,0 +1,169 @@
+// parse_config and the option tables of core/config.h.
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kolo::core {
+namespace {
+
+Config parse_ok(const Env& env) {
+  Config c;
+  c.cache_capacity = -12345;  // must be overwritten
+  const Status s = parse_config(env, &c);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return c;
+}
+
+TEST(ConfigTest, Defaults) {
+  const Config c = parse_ok({});
+  EXPECT_EQ(c.cache_capacity, 1024);
+  EXPECT_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_EQ(c.stall_check_seconds, 60.0);
+  EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
+  EXPECT_EQ(c.peer_timeout_seconds, 60.0);
+  EXPECT_EQ(c.log_level, log::kWarning);
+  EXPECT_EQ(c.transport, "auto");
+}
+
+TEST(ConfigTest, EmptyAndUnrelatedVariablesKeepDefaults) {
+  const Config c = parse_ok({{"KOLO_CACHE_CAPACITY", ""},
+                             {"KOLO_CYCLE_TIME_MS", ""},
+                             {"KOLO_LOG_LEVEL", ""},
+                             {"KOLO_TRANSPORT", ""},
+                             {"HOROVOD_CYCLE_TIME", "7"},
+                             {"PATH", "/usr/bin"}});
+  EXPECT_EQ(c.cache_capacity, 1024);
+  EXPECT_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_EQ(c.log_level, log::kWarning);
+  EXPECT_EQ(c.transport, "auto");
+}
+
+TEST(ConfigTest, EachVariableParsed) {
+  const Config c = parse_ok({{"KOLO_CACHE_CAPACITY", "0"},
+                             {"KOLO_CYCLE_TIME_MS", "2.5"},
+                             {"KOLO_STALL_CHECK_SECONDS", "0"},
+                             {"KOLO_STALL_SHUTDOWN_SECONDS", "120"},
+                             {"KOLO_PEER_TIMEOUT_SECONDS", "0.25"},
+                             {"KOLO_LOG_LEVEL", "debug"},
+                             {"KOLO_TRANSPORT", "mpi"}});
+  EXPECT_EQ(c.cache_capacity, 0);
+  EXPECT_EQ(c.cycle_time_ms, 2.5);
+  EXPECT_EQ(c.stall_check_seconds, 0.0);
+  EXPECT_EQ(c.stall_shutdown_seconds, 120.0);
+  EXPECT_EQ(c.peer_timeout_seconds, 0.25);
+  EXPECT_EQ(c.log_level, log::kDebug);
+  EXPECT_EQ(c.transport, "mpi");
+
+  EXPECT_EQ(parse_ok({{"KOLO_CACHE_CAPACITY", "4096"}}).cache_capacity, 4096);
+  EXPECT_EQ(parse_ok({{"KOLO_CACHE_CAPACITY", "1048576"}}).cache_capacity, 1 << 20);
+  EXPECT_EQ(parse_ok({{"KOLO_CYCLE_TIME_MS", "0"}}).cycle_time_ms, 0.0);
+  EXPECT_EQ(parse_ok({{"KOLO_STALL_CHECK_SECONDS", "1e1"}}).stall_check_seconds, 10.0);
+  EXPECT_EQ(parse_ok({{"KOLO_TRANSPORT", "local"}}).transport, "local");
+  EXPECT_EQ(parse_ok({{"KOLO_TRANSPORT", "auto"}}).transport, "auto");
+  const std::pair<const char*, log::Level> levels[] = {
+      {"trace", log::kTrace}, {"info", log::kInfo},   {"warning", log::kWarning},
+      {"warn", log::kWarning}, {"error", log::kError}, {"off", log::kOff},
+      {"0", log::kTrace},      {"4", log::kError}};
+  for (const auto& [text, level] : levels) {
+    EXPECT_EQ(parse_ok({{"KOLO_LOG_LEVEL", text}}).log_level, level) << text;
+  }
+}
+
+TEST(ConfigTest, BadValuesNameVariableAndValue) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"KOLO_CACHE_CAPACITY", "-1"},
+      {"KOLO_CACHE_CAPACITY", "lots"},
+      {"KOLO_CACHE_CAPACITY", "12x"},
+      {"KOLO_CACHE_CAPACITY", "1.5"},
+      {"KOLO_CACHE_CAPACITY", "1048577"},
+      {"KOLO_CACHE_CAPACITY", "99999999999999999999"},
+      {"KOLO_CYCLE_TIME_MS", "-1"},
+      {"KOLO_CYCLE_TIME_MS", "fast"},
+      {"KOLO_CYCLE_TIME_MS", "nan"},
+      {"KOLO_CYCLE_TIME_MS", "5ms"},
+      {"KOLO_STALL_CHECK_SECONDS", "-0.5"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "never"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "-3"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "0"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "-60"},
+      {"KOLO_LOG_LEVEL", "loud"},
+      {"KOLO_LOG_LEVEL", "6"},
+      {"KOLO_LOG_LEVEL", "WARNING "},
+      {"KOLO_TRANSPORT", "nccl"},
+      {"KOLO_TRANSPORT", "MPI"},
+  };
+  for (const auto& [name, value] : bad) {
+    Config c;
+    const Status s = parse_config({{name, value}}, &c);
+    ASSERT_FALSE(s.ok()) << name << "=" << value << " was accepted";
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(value), std::string::npos) << s.message();
+  }
+}
+
+TEST(ConfigTest, OneBadVariableFailsTheWholeParse) {
+  Config c;
+  EXPECT_FALSE(parse_config({{"KOLO_CACHE_CAPACITY", "8"}, {"KOLO_TRANSPORT", "tcp"}}, &c).ok());
+}
+
+const OptionDoc* find_option(const std::vector<OptionDoc>& options, const std::string& name) {
+  for (const auto& o : options) {
+    if (name == o.name) return &o;
+  }
+  return nullptr;
+}
+
+TEST(ConfigTest, OptionsTableDocumentsDefaults) {
+  const std::pair<const char*, const char*> expected[] = {
+      {"KOLO_CACHE_CAPACITY", "1024"},       {"KOLO_CYCLE_TIME_MS", "1"},
+      {"KOLO_STALL_CHECK_SECONDS", "60"},    {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "60"},
+  };
+  for (const auto& [name, value] : expected) {
+    const OptionDoc* o = find_option(config_options(), name);
+    ASSERT_NE(o, nullptr) << name;
+    EXPECT_STREQ(o->default_value, value) << name;
+    EXPECT_GT(std::string(o->doc).size(), 10u) << name;
+  }
+}
+
+// The documented defaults, fed back through the parser, give the built-in defaults.
+TEST(ConfigTest, DocumentedDefaultsParseToBuiltInDefaults) {
+  Env env;
+  for (const auto& o : config_options()) env[o.name] = o.default_value;
+  const Config documented = parse_ok(env);
+  const Config builtin = parse_ok({});
+  EXPECT_EQ(documented.cache_capacity, builtin.cache_capacity);
+  EXPECT_EQ(documented.cycle_time_ms, builtin.cycle_time_ms);
+  EXPECT_EQ(documented.stall_check_seconds, builtin.stall_check_seconds);
+  EXPECT_EQ(documented.stall_shutdown_seconds, builtin.stall_shutdown_seconds);
+  EXPECT_EQ(documented.peer_timeout_seconds, builtin.peer_timeout_seconds);
+  EXPECT_EQ(documented.log_level, builtin.log_level);
+  EXPECT_EQ(documented.transport, builtin.transport);
+}
+
+TEST(ConfigTest, LauncherVariablesListed) {
+  for (const char* name : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
+                           "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE"}) {
+    EXPECT_NE(find_option(launcher_variables(), name), nullptr) << name;
+  }
+}
+
+TEST(ConfigTest, ProcessEnvSplitsAtFirstEquals) {
+  ASSERT_EQ(setenv("KOLO_CONFIG_TEST_VAR", "a=b=c", 1), 0);
+  const Env env = process_env();
+  unsetenv("KOLO_CONFIG_TEST_VAR");
+  auto it = env.find("KOLO_CONFIG_TEST_VAR");
+  ASSERT_NE(it, env.end());
+  EXPECT_EQ(it->second, "a=b=c");
+  EXPECT_EQ(process_env().count("KOLO_CONFIG_TEST_VAR"), 0u);
+}
+
+}  // namespace
+}  // namespace kolo::core
