@@ -130,7 +130,8 @@ AlltoallResult alltoall(const TensorView& input, const AlltoallOptions& options 
 Handle reducescatter_async(const TensorView& input, const ReducescatterOptions& options = {});
 Tensor reducescatter(const TensorView& input, const ReducescatterOptions& options = {});
 
-// Returns once every rank of the process set has reached the barrier.
+// Returns once every rank of the process set has reached the barrier (ranks that have
+// joined take part implicitly). One barrier per rank may be in flight at a time.
 Handle barrier_async(const BarrierOptions& options = {});
 void barrier(const BarrierOptions& options = {});
 

@@ -4,7 +4,7 @@
 //
 // The level comes from KOLO_LOG_LEVEL (trace, debug, info, warning, error; default
 // warning). Lines go to stderr as "[kolo <rank> <level> <subsystem>] message". The
-// level and rank are process-wide (set once by the runtime at init); this is the only
+// level and default rank are process-wide (set once at init); this is the only
 // process-wide state kolo keeps outside a Runtime.
 #pragma once
 
@@ -19,7 +19,10 @@ bool enabled(Level level);
 void set_level(Level level);
 // Parses "trace".."error"/"off" (or 0..5); false if not recognised.
 bool parse_level(const std::string& text, Level* out);
-void set_rank(int rank);  // -1 = not known yet
+void set_rank(int rank);  // process default; -1 = not known yet
+// The rank for lines logged by the calling thread (a runtime's background thread), so
+// tests running several ranks as threads of one process log the right rank.
+void set_thread_rank(int rank);
 
 class Line {
  public:

@@ -120,6 +120,8 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
       return cycle;
     }
     for (auto& resp : list.responses) {
+      KOLO_LOG(kTrace, "negotiate") << "response " << op_name(resp.op) << " '" << resp.name << "'"
+                                    << (resp.is_error() ? " error: " + resp.error : std::string());
       if (resp.op == OpType::kJoin) joined_ = false;
       auto mine = sent_.find(resp.name);
       if (mine != sent_.end()) {
@@ -139,6 +141,9 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
 
 Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
   for (const auto& r : uncached_) sent_[r.name] = r;
+  for (const auto& r : uncached_) {
+    KOLO_LOG(kTrace, "negotiate") << "request " << op_name(r.op) << " '" << r.name << "'";
+  }
   const std::string mine = encode_requests(uncached_);
   uncached_.clear();
   std::vector<std::string> all;

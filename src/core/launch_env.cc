@@ -5,12 +5,13 @@
 namespace kolo::core {
 namespace {
 
-bool get_int(const Env& env, const char* name, int* out) {
+// Reads an integer variable; with `prefix`, trailing text is allowed (Slurm's "2(x3)").
+bool get_int(const Env& env, const char* name, int* out, bool prefix = false) {
   auto it = env.find(name);
   if (it == env.end() || it->second.empty()) return false;
   char* end = nullptr;
   const long v = std::strtol(it->second.c_str(), &end, 10);
-  if (*end != '\0') return false;
+  if (end == it->second.c_str() || (*end != '\0' && !prefix)) return false;
   *out = static_cast<int>(v);
   return true;
 }
@@ -21,7 +22,7 @@ bool from(const Env& env, const char* launcher, const char* rank, const char* si
   if (!get_int(env, rank, &e.rank) || !get_int(env, size, &e.size)) return false;
   e.launcher = launcher;
   if (local_rank) get_int(env, local_rank, &e.local_rank);
-  if (!local_size || !get_int(env, local_size, &e.local_size)) e.local_size = e.size;
+  if (local_size && !get_int(env, local_size, &e.local_size)) e.local_size = e.size;
   *out = e;
   return true;
 }
@@ -37,9 +38,14 @@ LaunchEnv detect_launch_env(const Env& env) {
       from(env, "slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, &e)) {
     if (e.launcher == "slurm") {
       // SLURM_NTASKS_PER_NODE may be "2(x3)"; the leading number is this node's count.
-      int per_node;
-      if (get_int(env, "SLURM_NTASKS_PER_NODE", &per_node)) e.local_size = per_node;
-      else if (int n; get_int(env, "SLURM_NNODES", &n) && n == 1) e.local_size = e.size;
+      int per_node, nodes;
+      if (get_int(env, "SLURM_NTASKS_PER_NODE", &per_node, /*prefix=*/true)) {
+        e.local_size = per_node;
+      } else if (get_int(env, "SLURM_NNODES", &nodes) && nodes > 0) {
+        e.local_size = (e.size + nodes - 1) / nodes;  // best guess without the per-node count
+      } else {
+        e.local_size = e.size;
+      }
     }
     return e;
   }

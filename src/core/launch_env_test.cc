@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+
 namespace kolo::core {
 namespace {
 
@@ -92,9 +94,7 @@ TEST(LaunchEnvTest, IncompleteOrMalformedVariablesAreSkipped) {
   expect_env(detect_launch_env({{"KOLO_RANK", "one"}, {"KOLO_SIZE", "2"}}), "none", 0, 1, 0, 1);
   expect_env(detect_launch_env({{"KOLO_RANK", ""}, {"KOLO_SIZE", "2"}}), "none", 0, 1, 0, 1);
   // ...so the next launcher's variables are used.
-  Env env = kOpenMpi;
-  env["KOLO_RANK"] = "1x";
-  env["KOLO_SIZE"] = "2";
+  const Env env = merge({kOpenMpi, {{"KOLO_RANK", "1x"}, {"KOLO_SIZE", "2"}}});
   expect_env(detect_launch_env(env), "mpirun", 3, 6, 0, 3);
 }
 

@@ -99,6 +99,18 @@ class Reader {
 constexpr std::uint8_t kRequestsMagic = 0x4b;   // 'K'
 constexpr std::uint8_t kResponsesMagic = 0x52;  // 'R'
 
+// Enum fields arrive as bytes; reject values no enumerator has.
+bool valid(const Request& r) {
+  return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
+         r.device <= DeviceKind::kCUDA && r.reduce_op <= ReduceOp::kProduct;
+}
+bool valid(const Response& r) {
+  return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
+         r.device <= DeviceKind::kCUDA && r.reduce_op <= ReduceOp::kProduct &&
+         r.error_code >= ErrorCode::kOk && r.error_code <= ErrorCode::kInternal;
+}
+bool valid(ErrorCode c) { return c >= ErrorCode::kOk && c <= ErrorCode::kInternal; }
+
 Status corrupt(const char* what) {
   return Internal(std::string("corrupt ") + what + " message on the control plane");
 }
@@ -136,7 +148,7 @@ Status decode_requests(const std::string& bytes, std::vector<Request>* out) {
     if (!rd.pod(&r.rank) || !rd.str(&r.name) || !rd.pod(&r.op) || !rd.pod(&r.dtype) ||
         !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
         !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.shapes(&r.shapes) ||
-        !rd.vec(&r.splits)) {
+        !rd.vec(&r.splits) || !valid(r)) {
       return corrupt("request");
     }
     out->push_back(std::move(r));
@@ -175,7 +187,7 @@ Status decode_response_list(const std::string& bytes, ResponseList* out) {
   std::uint8_t magic;
   std::uint32_t n;
   if (!rd.pod(&magic) || magic != kResponsesMagic || !rd.pod(&out->abort_code) ||
-      !rd.str(&out->abort_message) || !rd.pod(&n)) {
+      !valid(out->abort_code) || !rd.str(&out->abort_message) || !rd.pod(&n)) {
     return corrupt("response");
   }
   out->responses.clear();
@@ -185,7 +197,7 @@ Status decode_response_list(const std::string& bytes, ResponseList* out) {
         !rd.pod(&r.dtype) || !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
         !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.shapes(&r.shapes) ||
         !rd.vec(&r.first_dims) || !rd.vec(&r.splits) || !rd.vec(&r.joined_ranks) ||
-        !rd.pod(&r.last_joined)) {
+        !rd.pod(&r.last_joined) || !valid(r)) {
       return corrupt("response");
     }
     out->responses.push_back(std::move(r));

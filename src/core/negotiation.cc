@@ -150,9 +150,17 @@ std::string alltoall_splits(const std::vector<Request>& reqs, int size, const st
 
 }  // namespace
 
-Response make_response(const std::vector<Request>& reqs, const std::vector<std::int32_t>& joined,
+Response make_response(const std::vector<Request>& reqs, const std::vector<std::int32_t>& all_joined,
                        int size) {
   const Request& first = reqs.front();
+  // Only joined ranks that did not submit this name take part with zeros (a rank may
+  // submit and then join in the same cycle).
+  std::vector<std::int32_t> joined;
+  for (auto j : all_joined) {
+    if (std::none_of(reqs.begin(), reqs.end(), [j](const Request& r) { return r.rank == j; })) {
+      joined.push_back(j);
+    }
+  }
   const std::string what = std::string(op_name(first.op)) + " '" + first.name + "'";
 
   if (!all_same(reqs, [](const Request& r) { return r.op; })) {

@@ -181,7 +181,9 @@ Handle Runtime::reducescatter(const TensorView& input, const ReducescatterOption
 Handle Runtime::barrier(const BarrierOptions& o) {
   TensorView none;
   none.shape = {0};
-  Request r = single(OpType::kBarrier, default_name(OpType::kBarrier), none, o.process_set);
+  // One fixed name: ranks that have joined skip barriers, so per-call names would drift
+  // apart between ranks. At most one barrier per rank is in flight.
+  Request r = single(OpType::kBarrier, "barrier", none, o.process_set);
   r.shapes.clear();
   return enqueue(std::move(r), {}, {});
 }
@@ -234,7 +236,7 @@ void Runtime::loop() {
   }
   started_cv_.notify_all();
   if (!status.ok()) return;
-  log::set_rank(topology_.rank);
+  log::set_thread_rank(topology_.rank);
 
   Controller controller(config_, comm_.get());
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(

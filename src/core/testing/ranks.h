@@ -1,6 +1,7 @@
 // Test helper: N ranks as threads, each with its own Runtime over one InprocWorld.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -14,6 +15,11 @@ namespace kolo::core::testing {
 
 inline Config test_config() {
   Config c;
+  // KOLO_LOG_LEVEL=trace shows negotiation while debugging a test.
+  if (const char* level = std::getenv("KOLO_LOG_LEVEL")) {
+    log::Level l;
+    if (log::parse_level(level, &l)) log::set_level(l);
+  }
   c.peer_timeout_seconds = 20;  // a hang fails the test instead of blocking CI
   return c;
 }

@@ -1,0 +1,85 @@
+// Failures that must never hang: a dead rank and a stalled tensor.
+#include <atomic>
+
+#include "core/testing/ranks.h"
+
+namespace kolo::core {
+namespace {
+
+using testing::run_ranks;
+using testing::test_config;
+using testing::view_of;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+TEST(FailureTest, DeadRankMakesOthersFailWithinThePeerTimeoutNamingIt) {
+  Config c = test_config();
+  c.peer_timeout_seconds = 1;
+  transport::InprocWorld world(3);
+  run_ranks(3, c, [&](int rank, Runtime& rt) {
+    std::vector<float> v(4, 1.0f);
+    AllreduceOptions o;
+    o.name = "x";
+    if (rank == 2) {
+      world.kill(2);  // from now on rank 2 takes part in nothing, like a killed process
+      return;
+    }
+    const auto start = Clock::now();
+    Handle h = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+    ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
+    EXPECT_EQ(h.error_code(), ErrorCode::kPeerFailure) << h.error_message();
+    EXPECT_NE(h.error_message().find("rank(s) 2"), std::string::npos) << h.error_message();
+    EXPECT_LT(seconds_since(start), 5.0);
+    // The runtime stays failed: new operations fail at once with the same error.
+    try {
+      rt.barrier({});
+      ADD_FAILURE() << "operation accepted after peer failure";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kPeerFailure);
+    }
+  }, 0, &world);
+}
+
+TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
+  Config c = test_config();
+  c.stall_check_seconds = 1;
+  c.stall_shutdown_seconds = 2;
+  ::testing::internal::CaptureStderr();
+  std::atomic<bool> done{false};
+  run_ranks(2, c, [&](int rank, Runtime& rt) {
+    std::vector<float> v(4, 1.0f);
+    AllreduceOptions o;
+    o.name = "cached";
+    // Two rounds make 'cached' a cache hit: the stall must be found on the fast path too.
+    for (int i = 0; i < 2; ++i) {
+      rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false).wait();
+    }
+    if (rank == 1) {
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    const auto start = Clock::now();
+    AllreduceOptions lonely;
+    lonely.name = "lonely";
+    Handle h1 = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, lonely, false);
+    Handle h2 = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+    EXPECT_FALSE(h1.wait_for(std::chrono::milliseconds(500)));  // stalled, not failed yet
+    ASSERT_TRUE(h1.wait_for(std::chrono::seconds(15)));
+    ASSERT_TRUE(h2.wait_for(std::chrono::seconds(15)));
+    EXPECT_EQ(h1.error_code(), ErrorCode::kStalled) << h1.error_message();
+    EXPECT_EQ(h2.error_code(), ErrorCode::kStalled) << h2.error_message();
+    EXPECT_NE(h1.error_message().find("not by rank(s) 1"), std::string::npos) << h1.error_message();
+    EXPECT_LT(seconds_since(start), 10.0);
+    done = true;
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("tensor 'lonely' was submitted by rank(s) 0 but not by rank(s) 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("tensor 'cached' was submitted by rank(s) 0 but not by rank(s) 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("[kolo 0 warning stall]"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace kolo::core

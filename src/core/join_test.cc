@@ -1,0 +1,104 @@
+// join(): ranks that run out of data contribute zeros to the others' allreduces until
+// every rank has joined; join returns the last rank to join on every rank.
+#include "core/testing/ranks.h"
+
+namespace kolo::core {
+namespace {
+
+using testing::run_ranks;
+using testing::test_config;
+using testing::view_of;
+
+Handle allreduce(Runtime& rt, std::vector<float>& v, const std::string& name, ReduceOp op) {
+  AllreduceOptions o;
+  o.name = name;
+  o.op = op;
+  return rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+}
+
+// Rank `first` joins at once; the others run a few allreduces, then join one at a time
+// in rank order (a barrier between joins fixes the order), twice in a row.
+void run_join(int n, int first) {
+  run_ranks(n, test_config(), [n, first](int rank, Runtime& rt) {
+    std::vector<int> order;
+    for (int r = 0; r < n; ++r) {
+      if (r != first) order.push_back(r);
+    }
+    const int expected_last = order.empty() ? first : order.back();
+    for (int round = 0; round < 2; ++round) {
+      const std::string tag = "r" + std::to_string(round) + ".";
+      if (rank == first) {
+        Handle j = rt.join();
+        j.wait();
+        EXPECT_EQ(j.last_joined_rank(), expected_last) << "rank " << rank;
+        continue;
+      }
+      float others = 0;
+      for (int r : order) others += r + 1.0f;
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> s(5, rank + 1.0f), a(5, rank + 1.0f);
+        Handle hs = allreduce(rt, s, tag + "sum" + std::to_string(step), ReduceOp::kSum);
+        Handle ha = allreduce(rt, a, tag + "avg" + std::to_string(step), ReduceOp::kAverage);
+        hs.wait();
+        ha.wait();
+        for (float x : s) ASSERT_EQ(x, others) << "joined rank must contribute zeros";
+        for (float x : a) ASSERT_FLOAT_EQ(x, others / n) << "average divides by the full size";
+      }
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        rt.barrier({}).wait();  // joined ranks take part in barriers too
+        if (order[k] == rank) {
+          Handle j = rt.join();
+          j.wait();
+          EXPECT_EQ(j.last_joined_rank(), expected_last) << "rank " << rank;
+          break;
+        }
+      }
+    }
+    // After everyone joined, the job goes on normally.
+    std::vector<float> v(2, 1.0f);
+    allreduce(rt, v, "after-join", ReduceOp::kSum).wait();
+    EXPECT_EQ(v[0], static_cast<float>(n));
+  });
+}
+
+TEST(JoinTest, EachRankInTurnJoinsFirst) {
+  for (int n : {1, 2, 3, 4}) {
+    for (int first = 0; first < n; ++first) {
+      SCOPED_TRACE("size " + std::to_string(n) + ", first " + std::to_string(first));
+      run_join(n, first);
+    }
+  }
+}
+
+TEST(JoinTest, CollectivesThatNeedEveryRankFailWhileARankHasJoined) {
+  run_ranks(3, test_config(), [](int rank, Runtime& rt) {
+    if (rank == 1) {
+      EXPECT_EQ(rt.join().wait_for(std::chrono::seconds(20)), true);
+      return;
+    }
+    Tensor t(DataType::kFloat32, {2, 2});
+    std::vector<Handle> hs;
+    AllgatherOptions g;
+    g.name = "g";
+    hs.push_back(rt.allgather(t.view(), g));
+    BroadcastOptions b;
+    b.name = "b";
+    hs.push_back(rt.broadcast(t.view(), b));
+    AlltoallOptions a;
+    a.name = "a";
+    a.splits = {1, 0, 1};
+    hs.push_back(rt.alltoall(t.view(), a));
+    ReducescatterOptions r;
+    r.name = "r";
+    hs.push_back(rt.reducescatter(t.view(), r));
+    for (auto& h : hs) {
+      ASSERT_TRUE(h.wait_for(std::chrono::seconds(20)));
+      EXPECT_EQ(h.error_code(), ErrorCode::kInvalidArgument) << h.error_message();
+      EXPECT_NE(h.error_message().find("rank(s) 1 have joined"), std::string::npos) << h.error_message();
+    }
+    rt.join().wait();
+  });
+}
+
+}  // namespace
+}  // namespace kolo::core
