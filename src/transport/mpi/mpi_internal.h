@@ -1,0 +1,173 @@
+// Internals shared by the MPI transport's source files: the MpiCommunicator class, the
+// bounded polling loop every operation completes through, and the dtype/op mapping.
+//
+// Not for use outside src/transport/mpi/ (it includes <mpi.h>); everything else reaches this
+// transport through create_mpi_communicator() and the Communicator interface.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "kolo/types.h"
+#include "transport/communicator.h"
+
+namespace kolo::transport::mpi {
+
+// --- dtypes and reduce ops (mpi_ops.cc) -------------------------------------------------
+
+struct Reduction {
+  MPI_Datatype type;
+  MPI_Op op;
+};
+
+// MPI has no float16/bfloat16, so those reduce through user-defined ops that call
+// kolo::reduce_into; every other (dtype, op) maps to a builtin pair. The user ops are
+// created once per communicator and freed with it.
+class ReduceOps {
+ public:
+  int create();  // MPI error code
+  void free();
+  // `op` must not be kAverage.
+  Reduction lookup(DataType dtype, ReduceOp op) const;
+
+ private:
+  static constexpr int kOps = 4;  // sum, min, max, product
+  MPI_Op half_[kOps] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_Op bfloat16_[kOps] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+};
+
+// "MPI_ERR_TRUNCATE: message truncated" from an MPI error code.
+std::string mpi_error_string(int code);
+// "rank 3" or "ranks 1, 4, 7" (long lists are cut short with the total count).
+std::string rank_list(const std::vector<int>& ranks);
+// Seconds as "2.0 s", for messages.
+std::string seconds_string(Clock::duration d);
+
+// --- bounded polling --------------------------------------------------------------------
+
+// How a wait for MPI requests ends.
+enum class WaitResult { kDone, kTimeout, kMpiError };
+
+// Calls `test(&done)` (which returns an MPI error code) until it reports done, fails, or
+// `deadline` passes. The first `spin` is a busy loop, which keeps a lockstep round trip in
+// the microseconds; after that the thread naps, doubling from 10 us up to 160 us (Linux
+// timer slack adds ~50 us to each), so that a thread waiting for a slow peer costs a few
+// percent of a core rather than a whole one. OpenMPI moves data only inside MPI calls, so
+// every nap also pauses transfers in flight; see kDataSpin for the data plane's choice.
+template <typename Test>
+WaitResult poll_until(Deadline deadline, Test&& test, int* mpi_error,
+                      std::chrono::microseconds spin = std::chrono::microseconds(80)) {
+  using std::chrono::microseconds;
+  constexpr microseconds kFirstNap(10);
+  constexpr microseconds kMaxNap(160);
+  bool done = false;
+  const auto spin_end = Clock::now() + spin;
+  microseconds nap = kFirstNap;
+  for (;;) {
+    const int rc = test(&done);
+    if (rc != MPI_SUCCESS) {
+      *mpi_error = rc;
+      return WaitResult::kMpiError;
+    }
+    if (done) return WaitResult::kDone;
+    const auto now = Clock::now();
+    if (now >= deadline) return WaitResult::kTimeout;
+    if (now >= spin_end) {
+      std::this_thread::sleep_for(nap);
+      if (nap < kMaxNap) nap *= 2;
+    }
+  }
+}
+
+// --- the communicator -------------------------------------------------------------------
+
+// Owned and used by one thread. State changes only from usable to broken: after the first
+// peer failure or MPI error every call fails at once, and the destructor no longer talks
+// to MPI (requests of the failed call may still be pending; MPI_Finalize could hang).
+class MpiCommunicator final : public Communicator {
+ public:
+  static Status create(std::unique_ptr<Communicator>* out);
+  ~MpiCommunicator() override;
+
+  const Topology& topology() const override { return topology_; }
+  const char* name() const override { return "mpi"; }
+
+  Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                   Deadline deadline) override;
+  Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
+                    Deadline deadline) override;
+  Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override;
+  Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                   const std::vector<std::size_t>& recv_bytes, Deadline deadline) override;
+  Status reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                       DataType dtype, ReduceOp op, Deadline deadline) override;
+  Status barrier(Deadline deadline) override;
+
+  Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
+  Status control_gather(const std::string& mine, std::vector<std::string>* all,
+                        Deadline deadline) override;
+  Status control_broadcast(std::string* message, Deadline deadline) override;
+
+ private:
+  MpiCommunicator() = default;
+  Status init();
+
+  // kPeerFailure while broken, else OK.
+  Status check_usable(const char* op) const;
+  // Marks the communicator broken and returns kPeerFailure(message).
+  Status fail(std::string message);
+  // Breaks the communicator because an MPI call returned `code`.
+  Status fail_mpi(const std::string& what, int code);
+  // Completes `n` data-plane requests by `deadline`; `describe()` names the operation in
+  // the error (built only on failure, so the success path allocates nothing).
+  template <typename Describe>
+  Status complete(MPI_Request* requests, int n, Clock::time_point start, Deadline deadline,
+                  Describe describe);
+  // "mpi allreduce on rank 1 of 4: " — the prefix of every error message.
+  std::string where(const char* op) const;
+
+  // Control plane (mpi_control.cc).
+  Status control_and_root(std::vector<std::uint64_t>& words, Clock::time_point start,
+                          Deadline deadline);
+  Status control_and_member(std::vector<std::uint64_t>& words, Clock::time_point start,
+                            Deadline deadline);
+  // Rank 0 only: tells every rank not in `missing` which ranks failed (bounded by a short
+  // grace), then breaks the communicator with `message`.
+  Status root_failure(int op_code, const std::vector<int>& missing, std::string message);
+  // Receives one root->member message into down_ (room for `capacity` bytes) as
+  // requests_[0], completing it together with this rank's own sends in requests_[1..].
+  // Waits a grace period past `deadline`, since rank 0 decides only at its deadline. Fails
+  // naming rank 0 when nothing comes, or the ranks rank 0 reports in a failure notice;
+  // otherwise the message must be of `kind`, and its header value and size are returned.
+  Status receive_down(const char* op, std::size_t capacity, unsigned kind, Clock::time_point start,
+                      Deadline deadline, std::uint64_t* value, std::size_t* bytes);
+  std::size_t mask_words() const { return (static_cast<std::size_t>(size()) + 63) / 64; }
+
+  Topology topology_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owns_mpi_ = false;  // this object initialized MPI, so it finalizes it
+  bool broken_ = false;
+  std::string broken_reason_;
+  ReduceOps ops_;
+
+  // Scratch reused across calls so the per-cycle paths do not allocate in steady state.
+  std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;
+  std::vector<int> indices_;
+  std::vector<int> counts_, displs_, counts2_, displs2_;
+  std::vector<std::uint64_t> up_;      // rank 0: words received from the other ranks
+  std::vector<std::uint64_t> down_;    // rank 0: the and-reply; others: what rank 0 sends
+  std::vector<std::uint64_t> head_;    // an outgoing gather or broadcast head
+  std::vector<std::uint64_t> notice_;  // rank 0: the failure notice (see root_failure)
+  std::vector<char> arrived_;          // rank 0: which ranks took part in this call
+  std::vector<int> missing_;
+};
+
+}  // namespace kolo::transport::mpi

@@ -1,0 +1,201 @@
+// Worker program of the multi-process tests: run under kolorun or mpirun, it exercises
+// the public API across real processes and checks every result against a reference it
+// computes itself. Exit 0 = all checks passed.
+//
+//   mp_worker collectives   every collective, several dtypes and sizes, errors, join
+//   mp_worker topology      prints "topology rank=.. size=.. local_rank=.. ..." and env
+//   mp_worker die           the last rank kills itself (SIGKILL) while the others wait in
+//                           an allreduce; they must fail with kPeerFailure naming it
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#include "core/testing/values.h"
+#include "kolo/kolo.h"
+
+namespace {
+
+using kolo::DataType;
+using kolo::ReduceOp;
+using kolo::core::testing::get_value;
+using kolo::core::testing::set_value;
+using kolo::core::testing::test_value;
+
+int g_failures = 0;
+
+#define CHECK(cond, ...)                                            \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      ++g_failures;                                                 \
+      std::fprintf(stderr, "check failed at line %d: ", __LINE__);  \
+      std::fprintf(stderr, __VA_ARGS__);                            \
+      std::fprintf(stderr, "\n");                                   \
+    }                                                               \
+  } while (0)
+
+double fold(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kProduct: return a * b;
+    default: return a + b;
+  }
+}
+
+void check_allreduce(int rank, int n) {
+  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                             DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64, DataType::kBool};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  for (std::int64_t count : {0, 1, 7, 1024, 1 << 18}) {
+    struct Op {
+      DataType dtype;
+      ReduceOp op;
+      kolo::Tensor t;
+      kolo::Handle h;
+    };
+    std::vector<Op> in_flight;
+    for (DataType d : dtypes) {
+      for (ReduceOp op : ops) {
+        if (d == DataType::kBool && op == ReduceOp::kAverage) continue;
+        in_flight.push_back({d, op, kolo::Tensor(d, {count}), {}});
+      }
+    }
+    // Submit in a rank-dependent (rotated) order: negotiation must line them up.
+    for (std::size_t k = 0; k < in_flight.size(); ++k) {
+      Op& o = in_flight[(k + static_cast<std::size_t>(rank) * 5) % in_flight.size()];
+      for (std::int64_t i = 0; i < count; ++i) set_value(o.t.data(), o.dtype, i, test_value(rank, i, o.dtype, o.op));
+      o.h = kolo::allreduce_async(o.t.view(), o.t.view(),
+                                  {.name = std::string("ar.") + kolo::dtype_name(o.dtype) + kolo::reduce_op_name(o.op) +
+                                           std::to_string(count),
+                                   .op = o.op});
+    }
+    for (auto& o : in_flight) {
+      o.h.wait();
+      for (std::int64_t i = 0; i < count; ++i) {
+        double want = test_value(0, i, o.dtype, o.op);
+        for (int r = 1; r < n; ++r) want = fold(o.op, want, test_value(r, i, o.dtype, o.op));
+        if (o.dtype == DataType::kBool) want = want != 0;
+        const bool is_float = kolo::core::testing::is_float(o.dtype);
+        if (o.op == ReduceOp::kAverage) want = is_float ? want / n : std::trunc(want / n);
+        const double got = get_value(o.t.data(), o.dtype, i);
+        const double tol = is_float ? 1e-2 * std::abs(want) + 1e-3 : 0;
+        if (std::abs(got - want) > tol) {
+          CHECK(false, "%s element %lld: got %g want %g", o.h.name().c_str(), static_cast<long long>(i), got, want);
+          break;
+        }
+      }
+    }
+  }
+}
+
+void check_others(int rank, int n) {
+  // allgather with uneven first dims
+  kolo::Tensor mine(DataType::kInt64, {rank + 1, 2});
+  for (std::int64_t i = 0; i < mine.numel(); ++i) mine.data_as<std::int64_t>()[i] = rank * 100 + i;
+  kolo::Tensor all = kolo::allgather(mine.view(), {.name = "ag"});
+  CHECK(all.shape()[0] == n * (n + 1) / 2, "allgather rows %lld", static_cast<long long>(all.shape()[0]));
+  std::int64_t k = 0;
+  for (int r = 0; r < n; ++r) {
+    for (std::int64_t i = 0; i < (r + 1) * 2; ++i, ++k) CHECK(all.data_as<std::int64_t>()[k] == r * 100 + i, "allgather value");
+  }
+  // broadcast from the last rank
+  std::vector<float> b(1000, static_cast<float>(rank));
+  kolo::TensorView bv{b.data(), DataType::kFloat32, {1000}};
+  kolo::broadcast(bv, {.name = "bc", .root = n - 1});
+  CHECK(b[999] == n - 1, "broadcast got %g", b[999]);
+  // alltoall with splits: rank r sends j + 1 rows to rank j
+  std::vector<std::int64_t> splits;
+  std::int64_t rows = 0;
+  for (int j = 0; j < n; ++j) splits.push_back(j + 1), rows += j + 1;
+  kolo::Tensor send(DataType::kInt32, {rows});
+  for (std::int64_t i = 0; i < rows; ++i) send.data_as<std::int32_t>()[i] = rank * 1000 + static_cast<int>(i);
+  kolo::AlltoallResult a = kolo::alltoall(send.view(), {.name = "a2a", .splits = splits});
+  CHECK(a.output.numel() == n * (rank + 1), "alltoall rows %lld", static_cast<long long>(a.output.numel()));
+  for (int r = 0; r < n; ++r) CHECK(a.received_splits[r] == rank + 1, "received split");
+  // reducescatter with rows that do not divide evenly
+  const std::int64_t rs_rows = 2 * n + 1;
+  kolo::Tensor rs_in(DataType::kFloat64, {rs_rows, 3});
+  for (std::int64_t i = 0; i < rs_in.numel(); ++i) rs_in.data_as<double>()[i] = rank + i;
+  kolo::Tensor rs = kolo::reducescatter(rs_in.view(), {.name = "rs", .op = ReduceOp::kSum});
+  const std::int64_t my_rows = rs_rows / n + (rank < rs_rows % n ? 1 : 0);
+  std::int64_t first = 0;
+  for (int r = 0; r < rank; ++r) first += rs_rows / n + (r < rs_rows % n ? 1 : 0);
+  CHECK(rs.shape()[0] == my_rows, "reducescatter rows");
+  for (std::int64_t i = 0; i < my_rows * 3; ++i) {
+    CHECK(rs.data_as<double>()[i] == n * (n - 1) / 2.0 + n * double(first * 3 + i), "reducescatter value");
+  }
+  // a mismatch fails on every rank, and the job goes on
+  std::vector<float> bad(rank == 0 ? 3 : 4, 1.0f);
+  if (n > 1) try {
+    kolo::allreduce(kolo::TensorView{bad.data(), DataType::kFloat32, {static_cast<std::int64_t>(bad.size())}},
+                    {.name = "mismatch"});
+    CHECK(false, "mismatched shapes were accepted");
+  } catch (const kolo::Error& e) {
+    CHECK(e.code() == kolo::ErrorCode::kMismatch, "wrong code for mismatch: %s", e.what());
+  }
+  // join: the last rank runs out of data first; the others still allreduce
+  if (rank == n - 1) {
+    const int last = kolo::join();
+    CHECK(last >= 0 && last < n - 1 + (n == 1), "join returned %d", last);
+  } else {
+    std::vector<float> g(10, 1.0f);
+    kolo::allreduce(kolo::TensorView{g.data(), DataType::kFloat32, {10}}, {.name = "after-join", .op = ReduceOp::kSum});
+    CHECK(g[0] == n - 1, "allreduce with a joined rank: %g", g[0]);
+    kolo::join();
+  }
+  kolo::barrier();
+}
+
+int run_die(int rank, int n) {
+  std::vector<float> g(16, 1.0f);
+  kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
+  kolo::allreduce(v, {.name = "warmup"});
+  if (rank == n - 1) {
+    std::fprintf(stderr, "rank %d: killing myself\n", rank);
+    std::fflush(stderr);
+    kill(getpid(), SIGKILL);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    kolo::allreduce(v, {.name = "never-completes"});
+    std::fprintf(stderr, "rank %d: allreduce completed without the dead rank\n", rank);
+    return 1;
+  } catch (const kolo::Error& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "rank %d: peer failure after %.1f s: %s\n", rank, s, e.what());
+    // Exit without kolo::shutdown(): the transport is broken.
+    std::_Exit(e.code() == kolo::ErrorCode::kPeerFailure ? 3 : 1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "collectives";
+  try {
+    kolo::init();
+    const int rank = kolo::rank(), n = kolo::size();
+    if (mode == "topology") {
+      const char* env[] = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE"};
+      std::printf("topology rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d", rank, n,
+                  kolo::local_rank(), kolo::local_size(), kolo::cross_rank(), kolo::cross_size());
+      for (const char* e : env) std::printf(" %s=%s", e, std::getenv(e) ? std::getenv(e) : "unset");
+      std::printf("\n");
+    } else if (mode == "die") {
+      return run_die(rank, n);
+    } else {
+      check_allreduce(rank, n);
+      check_others(rank, n);
+      std::printf("rank %d of %d: collectives %s\n", rank, n, g_failures ? "FAILED" : "OK");
+    }
+    kolo::shutdown();
+  } catch (const kolo::Error& e) {
+    std::fprintf(stderr, "kolo error: %s\n", e.what());
+    return 1;
+  }
+  return g_failures ? 1 : 0;
+}
