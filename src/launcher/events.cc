@@ -1,0 +1,77 @@
+// Worker exit markers (see events.h).
+#include "launcher/events.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace kolo::launcher {
+namespace {
+
+bool parse_int(const std::string& text, int* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0 || v < 0 || v > (1L << 30)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+}  // namespace
+
+std::string format_exit_event(const WorkerExit& e) {
+  std::string s = kEventPrefix;
+  s += "rank=" + std::to_string(e.rank) + " host=" + (e.host.empty() ? "?" : e.host);
+  if (e.signal != 0) {
+    s += " signal=" + std::to_string(e.signal);
+  } else {
+    s += " exit=" + std::to_string(e.exit_code);
+  }
+  if (e.stopped) s += " stopped=1";
+  return s;
+}
+
+bool parse_exit_event(const std::string& line, WorkerExit* out) {
+  if (line.rfind(kEventPrefix, 0) != 0) return false;
+  std::stringstream words(line.substr(std::strlen(kEventPrefix)));
+  WorkerExit e;
+  bool have_rank = false, have_host = false, have_end = false;
+  std::string word;
+  while (words >> word) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
+    if (key == "rank") {
+      have_rank = parse_int(value, &e.rank);
+    } else if (key == "host") {
+      e.host = value;
+      have_host = !value.empty();
+    } else if (key == "exit") {
+      have_end = parse_int(value, &e.exit_code);
+    } else if (key == "signal") {
+      have_end = parse_int(value, &e.signal) && e.signal > 0;
+    } else if (key == "stopped") {
+      e.stopped = value == "1";
+    }
+    // Unknown keys are skipped so that later shims can add fields.
+  }
+  if (!have_rank || !have_host || !have_end) return false;
+  *out = e;
+  return true;
+}
+
+std::string describe_exit(const WorkerExit& e) {
+  std::string s = "rank " + std::to_string(e.rank) + " (host " + e.host + ")";
+  if (e.signal != 0) {
+    const char* name = strsignal(e.signal);
+    s += " was killed by signal " + std::to_string(e.signal);
+    if (name != nullptr) s += std::string(" (") + name + ")";
+  } else {
+    s += " exited with status " + std::to_string(e.exit_code);
+  }
+  return s;
+}
+
+}  // namespace kolo::launcher

@@ -1,0 +1,156 @@
+// Host list and hostfile parsing for kolorun (see hosts.h).
+#include "launcher/hosts.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace kolo::launcher {
+namespace {
+
+// Slot counts above this are almost certainly typos; mpirun would try to start them.
+constexpr long kMaxSlots = 1 << 20;
+
+bool parse_slots(const std::string& text, int* out) {
+  if (text.empty()) return false;
+  long v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+    if (v > kMaxSlots) return false;
+  }
+  if (v < 1) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+// Host names go to mpirun (and from there to ssh) unquoted, so keep to the characters
+// of DNS names and IPv4 addresses.
+bool valid_host_name(const std::string& host) {
+  if (host.empty()) return false;
+  for (char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void add_host(std::vector<HostSlots>* hosts, const std::string& host, int slots) {
+  for (auto& h : *hosts) {
+    if (h.host == host) {
+      h.slots += slots;
+      return;
+    }
+  }
+  hosts->push_back({host, slots});
+}
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+Status parse_host_list(const std::string& text, std::vector<HostSlots>* out) {
+  std::vector<HostSlots> hosts;
+  if (trim(text).empty())
+    return InvalidArgument("empty host list: expected host1:slots,host2:slots");
+  std::stringstream ss(text);
+  std::string entry;
+  while (std::getline(ss, entry, ',')) {
+    entry = trim(entry);
+    if (entry.empty()) {
+      return InvalidArgument("host list '" + text + "' has an empty entry");
+    }
+    std::string host = entry;
+    int slots = 1;
+    if (const size_t colon = entry.rfind(':'); colon != std::string::npos) {
+      host = entry.substr(0, colon);
+      if (!parse_slots(entry.substr(colon + 1), &slots)) {
+        return InvalidArgument("host list entry '" + entry +
+                               "': slots must be a whole number >= 1 after ':'");
+      }
+    }
+    if (!valid_host_name(host)) {
+      return InvalidArgument("host list entry '" + entry + "': '" + host +
+                             "' is not a host name (letters, digits, '.', '-', '_')");
+    }
+    add_host(&hosts, host, slots);
+  }
+  if (!text.empty() && text.back() == ',') {
+    return InvalidArgument("host list '" + text + "' has an empty entry");
+  }
+  *out = std::move(hosts);
+  return Status::OK();
+}
+
+Status parse_hostfile(const std::string& text, const std::string& source,
+                      std::vector<HostSlots>* out) {
+  std::vector<HostSlots> hosts;
+  std::stringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    const std::string where = source + ":" + std::to_string(number) + ": ";
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::stringstream words(line);
+    std::string host, word;
+    if (!(words >> host)) continue;
+    if (!valid_host_name(host)) {
+      return InvalidArgument(where + "'" + host +
+                             "' is not a host name (letters, digits, '.', '-', '_')");
+    }
+    int slots = 1;
+    bool have_slots = false;
+    while (words >> word) {
+      if (word.rfind("slots=", 0) != 0) {
+        return InvalidArgument(where + "unexpected '" + word +
+                               "': expected 'HOST' or 'HOST slots=N'");
+      }
+      if (have_slots) return InvalidArgument(where + "slots= given twice");
+      if (!parse_slots(word.substr(6), &slots)) {
+        return InvalidArgument(where + "'" + word + "': slots must be a whole number >= 1");
+      }
+      have_slots = true;
+    }
+    add_host(&hosts, host, slots);
+  }
+  if (hosts.empty()) return InvalidArgument(source + ": no hosts listed");
+  *out = std::move(hosts);
+  return Status::OK();
+}
+
+Status read_hostfile(const std::string& path, std::vector<HostSlots>* out) {
+  std::ifstream in(path);
+  if (!in) {
+    return InvalidArgument("cannot read hostfile " + path + ": " + std::strerror(errno));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return InvalidArgument("cannot read hostfile " + path);
+  return parse_hostfile(text.str(), path, out);
+}
+
+int total_slots(const std::vector<HostSlots>& hosts) {
+  long total = 0;
+  for (const auto& h : hosts) total += h.slots;
+  return total > kMaxSlots ? static_cast<int>(kMaxSlots) : static_cast<int>(total);
+}
+
+std::string format_host_list(const std::vector<HostSlots>& hosts) {
+  std::string s;
+  for (const auto& h : hosts) {
+    if (!s.empty()) s += ',';
+    s += h.host + ":" + std::to_string(h.slots);
+  }
+  return s;
+}
+
+}  // namespace kolo::launcher

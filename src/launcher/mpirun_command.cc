@@ -1,0 +1,107 @@
+// Building kolorun's mpirun command line (see mpirun_command.h).
+#include "launcher/mpirun_command.h"
+
+#include <cstdio>
+#include <string_view>
+
+#include "launcher/layout.h"
+
+namespace kolo::launcher {
+
+Status validate(const LaunchRequest& r) {
+  if (r.np < 1) return InvalidArgument("-np must be at least 1 (got " + std::to_string(r.np) + ")");
+  if (r.program.empty() || r.program[0].empty()) {
+    return InvalidArgument("no program given: usage is kolorun -np N PROGRAM [ARGS...]");
+  }
+  if (!r.hosts.empty()) {
+    const int slots = total_slots(r.hosts);
+    if (r.np > slots) {
+      return InvalidArgument("-np " + std::to_string(r.np) + " needs " + std::to_string(r.np) +
+                             " slots but " + r.hosts_source + " has " + std::to_string(slots) +
+                             " (" + format_host_list(r.hosts) +
+                             "); add hosts or slots, or lower -np");
+    }
+  }
+  if (!(r.grace_seconds >= 0 && r.grace_seconds <= 86400)) {
+    return InvalidArgument("--grace-seconds must be between 0 and 86400");
+  }
+  return Status::OK();
+}
+
+double shim_linger_seconds(double grace_seconds) { return grace_seconds + 30; }
+
+std::vector<std::string> exported_variables(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : env) {
+    // The layout is set explicitly for this job; an inherited one would be stale.
+    if (name == kHostSlotsVar) continue;
+    if (name.rfind("KOLO_", 0) == 0 || name == "PATH" || name == "LD_LIBRARY_PATH") {
+      names.push_back(name);
+    }
+  }
+  return names;
+}
+
+std::vector<std::string> mpirun_argv(const LaunchRequest& r, const MpirunInputs& in) {
+  std::vector<std::string> argv = {"mpirun"};
+  if (in.as_root) argv.push_back("--allow-run-as-root");
+  // Slot counts are checked by kolorun itself (validate); without this flag mpirun
+  // would refuse to run more workers than it counts cores on this host.
+  argv.push_back("--oversubscribe");
+  argv.insert(argv.end(), {"-np", std::to_string(r.np)});
+  if (!r.hosts.empty()) {
+    // A hostfile is passed on as --host too, so that mpirun sees exactly the hosts and
+    // slots kolorun parsed (and computed the layout from).
+    argv.insert(argv.end(), {"--host", format_host_list(r.hosts)});
+    // OpenMPI 4.1 cuts "node1.example.com" to "node1" before it runs ssh, unless told to
+    // keep the names as the user wrote them.
+    argv.insert(argv.end(), {"--mca", "orte_keep_fqdn_hostnames", "1"});
+  }
+  // Fill each host before the next: the order KOLO_HOST_SLOTS describes. Workers are
+  // not pinned to cores; intra-op threads of libtorch would otherwise share one core.
+  argv.insert(argv.end(), {"--map-by", "slot", "--bind-to", "none"});
+  // Keep mpirun's default of ending the job when a process exits non-zero, even if the
+  // site's MCA files turn it off: with it off, OpenMPI 4.1 mpirun never exits after a
+  // process dies by a signal. The shim never exits non-zero before kolorun says so
+  // (it lingers, see shim.h), so kolorun still decides when the others are stopped.
+  argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
+  for (const auto& name : exported_variables(in.env)) argv.insert(argv.end(), {"-x", name});
+  argv.insert(argv.end(),
+              {"-x", std::string(kHostSlotsVar) + "=" + format_layout(fill_hosts(r.hosts, r.np))});
+  char linger[32];
+  std::snprintf(linger, sizeof(linger), "%g", shim_linger_seconds(r.grace_seconds));
+  argv.insert(argv.end(),
+              {in.self_exe, "--worker-shim", std::string("--linger-seconds=") + linger, "--"});
+  argv.insert(argv.end(), r.program.begin(), r.program.end());
+  return argv;
+}
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string line;
+  for (const auto& a : argv) {
+    if (!line.empty()) line += ' ';
+    bool plain = !a.empty();
+    for (char c : a) {
+      const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') ||
+                        std::string_view("@%_+=:,./-").find(c) != std::string_view::npos;
+      if (!safe) plain = false;
+    }
+    if (plain) {
+      line += a;
+      continue;
+    }
+    line += '\'';
+    for (char c : a) {
+      if (c == '\'') {
+        line += "'\\''";
+      } else {
+        line += c;
+      }
+    }
+    line += '\'';
+  }
+  return line;
+}
+
+}  // namespace kolo::launcher

@@ -1,0 +1,139 @@
+// Tests for validating kolorun's options and building the mpirun command from them.
+#include "launcher/mpirun_command.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace kolo::launcher {
+namespace {
+
+LaunchRequest request(int np, std::vector<HostSlots> hosts = {}) {
+  LaunchRequest r;
+  r.np = np;
+  r.hosts = std::move(hosts);
+  r.hosts_source = "-H test";
+  r.program = {"./train", "--epochs", "3"};
+  return r;
+}
+
+MpirunInputs inputs(bool root = false) {
+  MpirunInputs in;
+  in.as_root = root;
+  in.self_exe = "/opt/kolo/bin/kolorun";
+  in.env = {{"PATH", "/usr/bin"},
+            {"HOME", "/root"},
+            {"KOLO_LOG_LEVEL", "info"},
+            {"KOLO_HOST_SLOTS", "9"},
+            {"OMPI_MCA_x", "1"}};
+  return in;
+}
+
+// The value after `flag` in argv, or "" if absent.
+std::string after(const std::vector<std::string>& argv, const std::string& flag) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  return it == argv.end() || it + 1 == argv.end() ? "" : *(it + 1);
+}
+
+bool has(const std::vector<std::string>& argv, const std::string& arg) {
+  return std::find(argv.begin(), argv.end(), arg) != argv.end();
+}
+
+TEST(MpirunCommand, SingleHost) {
+  const auto argv = mpirun_argv(request(3), inputs());
+  const std::vector<std::string> want = {"mpirun",
+                                         "--oversubscribe",
+                                         "-np",
+                                         "3",
+                                         "--map-by",
+                                         "slot",
+                                         "--bind-to",
+                                         "none",
+                                         "--mca",
+                                         "orte_abort_on_non_zero_status",
+                                         "1",
+                                         "-x",
+                                         "KOLO_LOG_LEVEL",
+                                         "-x",
+                                         "PATH",
+                                         "-x",
+                                         "KOLO_HOST_SLOTS=3",
+                                         "/opt/kolo/bin/kolorun",
+                                         "--worker-shim",
+                                         "--linger-seconds=35",
+                                         "--",
+                                         "./train",
+                                         "--epochs",
+                                         "3"};
+  EXPECT_EQ(argv, want);
+}
+
+TEST(MpirunCommand, RootNeedsAllowRunAsRoot) {
+  EXPECT_FALSE(has(mpirun_argv(request(2), inputs(false)), "--allow-run-as-root"));
+  const auto argv = mpirun_argv(request(2), inputs(true));
+  ASSERT_GE(argv.size(), 2u);
+  EXPECT_EQ(argv[1], "--allow-run-as-root");
+}
+
+TEST(MpirunCommand, HostsBecomeHostListAndLayout) {
+  const auto argv = mpirun_argv(request(4, {{"a", 2}, {"b", 2}}), inputs());
+  EXPECT_EQ(after(argv, "--host"), "a:2,b:2");
+  EXPECT_TRUE(has(argv, "orte_keep_fqdn_hostnames"));
+  EXPECT_TRUE(has(argv, "KOLO_HOST_SLOTS=2,2"));
+  EXPECT_EQ(after(argv, "-np"), "4");
+}
+
+TEST(MpirunCommand, FewerWorkersThanSlotsFillTheFirstHostsFirst) {
+  // A hostfile is parsed into the same host list as -H.
+  const auto argv = mpirun_argv(request(5, {{"n1", 4}, {"n2", 4}, {"n3", 4}}), inputs());
+  EXPECT_EQ(after(argv, "--host"), "n1:4,n2:4,n3:4");
+  EXPECT_TRUE(has(argv, "KOLO_HOST_SLOTS=4,1"));
+}
+
+TEST(MpirunCommand, GraceSetsTheShimsLinger) {
+  LaunchRequest r = request(2);
+  r.grace_seconds = 0.5;
+  EXPECT_TRUE(has(mpirun_argv(r, inputs()), "--linger-seconds=30.5"));
+}
+
+TEST(MpirunCommand, ExportsKoloPathAndLibraryPathOnly) {
+  EXPECT_EQ(exported_variables({{"PATH", "p"},
+                                {"LD_LIBRARY_PATH", "l"},
+                                {"KOLO_TRANSPORT", "mpi"},
+                                {"KOLO_HOST_SLOTS", "2"},
+                                {"HOME", "h"},
+                                {"XKOLO_A", "1"}}),
+            (std::vector<std::string>{"KOLO_TRANSPORT", "LD_LIBRARY_PATH", "PATH"}));
+}
+
+TEST(Validate, ChecksWorkersProgramAndSlots) {
+  EXPECT_TRUE(validate(request(4, {{"a", 2}, {"b", 2}})).ok());
+  EXPECT_TRUE(validate(request(64)).ok());  // one host: any number (oversubscribed)
+
+  Status s = validate(request(0));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("-np must be at least 1"), std::string::npos) << s.message();
+
+  LaunchRequest no_program = request(2);
+  no_program.program.clear();
+  s = validate(no_program);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no program given"), std::string::npos) << s.message();
+
+  LaunchRequest r = request(3, {{"localhost", 2}});
+  r.hosts_source = "-H localhost:2";
+  s = validate(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("-np 3 needs 3 slots but -H localhost:2 has 2"), std::string::npos)
+      << s.message();
+}
+
+TEST(ShellJoin, QuotesWhatTheShellWouldSplit) {
+  EXPECT_EQ(shell_join({"mpirun", "-np", "2", "sh", "-c", "echo $KOLO_RANK", "it's", ""}),
+            "mpirun -np 2 sh -c 'echo $KOLO_RANK' 'it'\\''s' ''");
+  EXPECT_EQ(shell_join({"a:2,b:2", "KOLO_HOST_SLOTS=2,2", "/x/y"}),
+            "a:2,b:2 KOLO_HOST_SLOTS=2,2 /x/y");
+}
+
+}  // namespace
+}  // namespace kolo::launcher

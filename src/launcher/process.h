@@ -1,0 +1,61 @@
+// Process: starting a child with its stdout/stderr on pipes, and receiving signals as
+// readable events instead of asynchronous interruptions.
+//
+// Shared by the worker shim and the kolorun parent, which both run one poll() loop over
+// a child's two output pipes and a signal pipe. Linux/POSIX only. Not for: what to do
+// with the output or the signals (shim.h, supervisor.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kolo::launcher {
+
+using Clock = std::chrono::steady_clock;
+
+struct SignalEvent {
+  int signal = 0;
+  pid_t sender = 0;  // si_pid: who sent it (0 for the kernel or the terminal)
+};
+
+// Installs handlers for `signals` that write each delivery to a pipe, and returns the
+// pipe's (non-blocking) read end for poll(). The handler needs a process-wide file
+// descriptor, so this is for one owner per process (main of kolorun or of the shim).
+int route_signals_to_pipe(std::initializer_list<int> signals);
+
+// Reads the events waiting on `fd` (from route_signals_to_pipe) without blocking.
+std::vector<SignalEvent> read_signal_events(int fd);
+
+struct SpawnOptions {
+  // Start the child in a process group of its own, so that the terminal's Ctrl-C goes
+  // to us alone and we decide how the child is stopped.
+  bool own_process_group = false;
+  // Signal the child receives when we die (Linux PR_SET_PDEATHSIG); 0 = none.
+  int parent_death_signal = 0;
+  // Give the child /dev/null as stdin instead of ours.
+  bool stdin_from_dev_null = false;
+};
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;  // read end of the child's stdout
+  int err_fd = -1;  // read end of the child's stderr
+};
+
+// Starts argv[0] (searched in PATH) with `argv`. Fails, with the errno text, when the
+// program cannot be executed; in that case no child is left behind.
+Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& options, Child* out);
+
+// Encodes a wait() status the way shells do: exit code, or 128 + signal.
+int shell_status(int wait_status);
+
+// Milliseconds from now until `deadline` for poll(): 0 if past, -1 if there is none.
+int poll_timeout_ms(const Clock::time_point* deadline);
+
+}  // namespace kolo::launcher

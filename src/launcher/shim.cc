@@ -1,0 +1,219 @@
+// The per-worker shim that mpirun runs (see shim.h).
+#include "launcher/shim.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/config.h"
+#include "launcher/events.h"
+#include "launcher/lines.h"
+#include "launcher/process.h"
+
+namespace kolo::launcher {
+namespace {
+
+// How long output is still read after the program exited: a background process it left
+// behind may hold the pipes open forever, and the marker must not wait for that.
+constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+
+bool read_int(const std::map<std::string, std::string>& env, const char* name, int* out) {
+  auto it = env.find(name);
+  if (it == env.end()) return false;
+  char* end = nullptr;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || v < 0 || v > (1 << 30)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
+  return buf;
+}
+
+void say(const std::string& prefix, const std::string& text) {
+  write_all(2, prefix + "kolorun: " + text + "\n");
+}
+
+// Waits for a stop signal from mpirun (or anyone) until `linger` has passed.
+void linger_until_stopped(int signal_fd, double linger_seconds) {
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<long>(linger_seconds * 1000));
+  while (Clock::now() < deadline) {
+    struct pollfd p = {signal_fd, POLLIN, 0};
+    if (::poll(&p, 1, poll_timeout_ms(&deadline)) < 0 && errno != EINTR) return;
+    for (const auto& e : read_signal_events(signal_fd)) {
+      if (e.signal != SIGCHLD) return;
+    }
+  }
+}
+
+}  // namespace
+
+Status parse_shim_args(const std::vector<std::string>& args, ShimOptions* out) {
+  ShimOptions o;
+  size_t i = 0;
+  if (i < args.size() && args[i] == "--worker-shim") ++i;
+  for (; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& a = args[i];
+    const std::string flag = "--linger-seconds=";
+    if (a.rfind(flag, 0) != 0) return InvalidArgument("worker shim: unknown argument '" + a + "'");
+    char* end = nullptr;
+    o.linger_seconds = std::strtod(a.c_str() + flag.size(), &end);
+    if (*end != '\0' || !(o.linger_seconds >= 0)) {
+      return InvalidArgument("worker shim: bad " + a);
+    }
+  }
+  if (i >= args.size() || i + 1 >= args.size()) {
+    return InvalidArgument("worker shim: expected -- PROGRAM [ARGS...]");
+  }
+  o.program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  *out = std::move(o);
+  return Status::OK();
+}
+
+Status ranks_from_env(const std::map<std::string, std::string>& env, WorkerRanks* out,
+                      std::string* warning) {
+  int rank = 0, size = 0;
+  if (!read_int(env, "OMPI_COMM_WORLD_RANK", &rank) ||
+      !read_int(env, "OMPI_COMM_WORLD_SIZE", &size) || size < 1) {
+    return InvalidArgument(
+        "the worker shim must be started by mpirun (OMPI_COMM_WORLD_RANK and "
+        "OMPI_COMM_WORLD_SIZE are not set); run kolorun without --worker-shim");
+  }
+  std::vector<int> layout = {size};
+  if (auto it = env.find(kHostSlotsVar); it != env.end()) {
+    KOLO_RETURN_IF_ERROR(parse_layout(it->second, &layout));
+  }
+  long total = 0;
+  for (int c : layout) total += c;
+  if (total != size) {
+    return InvalidArgument(std::string(kHostSlotsVar) + "=" + format_layout(layout) +
+                           " describes " + std::to_string(total) + " workers but mpirun started " +
+                           std::to_string(size));
+  }
+  WorkerRanks r;
+  KOLO_RETURN_IF_ERROR(compute_ranks(layout, rank, &r));
+  int ompi_local_rank = 0, ompi_local_size = 0;
+  if (read_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", &ompi_local_rank) &&
+      read_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", &ompi_local_size) &&
+      (ompi_local_rank != r.local_rank || ompi_local_size != r.local_size)) {
+    *warning = "mpirun placed rank " + std::to_string(rank) + " as local rank " +
+               std::to_string(ompi_local_rank) + " of " + std::to_string(ompi_local_size) +
+               " but the layout " + format_layout(layout) + " says " +
+               std::to_string(r.local_rank) + " of " + std::to_string(r.local_size) +
+               "; using mpirun's local values (cross ranks may be wrong)";
+    r.local_rank = ompi_local_rank;
+    r.local_size = ompi_local_size;
+  }
+  *out = r;
+  return Status::OK();
+}
+
+std::map<std::string, std::string> rank_variables(const WorkerRanks& r) {
+  return {
+      {"KOLO_RANK", std::to_string(r.rank)},
+      {"KOLO_SIZE", std::to_string(r.size)},
+      {"KOLO_LOCAL_RANK", std::to_string(r.local_rank)},
+      {"KOLO_LOCAL_SIZE", std::to_string(r.local_size)},
+      {"KOLO_CROSS_RANK", std::to_string(r.cross_rank)},
+      {"KOLO_CROSS_SIZE", std::to_string(r.cross_size)},
+  };
+}
+
+int run_shim(const ShimOptions& options) {
+  // If mpirun (or the orted that started us) dies, nobody reads our output or will stop
+  // us: go with it. The program gets the same from us (parent_death_signal below).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = route_signals_to_pipe({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+
+  WorkerRanks ranks;
+  std::string warning;
+  if (Status s = ranks_from_env(core::process_env(), &ranks, &warning); !s.ok()) {
+    say("", s.message());
+    return 1;
+  }
+  // Built piecewise: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
+  std::string prefix = "[";
+  prefix += std::to_string(ranks.rank);
+  prefix += "] ";
+  if (!warning.empty()) say(prefix, "warning: " + warning);
+  for (const auto& [name, value] : rank_variables(ranks)) ::setenv(name.c_str(), value.c_str(), 1);
+
+  WorkerExit result;
+  result.rank = ranks.rank;
+  result.host = host_name();
+
+  bool linger = true;
+  Child child;
+  SpawnOptions spawn;
+  spawn.parent_death_signal = SIGKILL;
+  if (Status s = spawn_piped(options.program, spawn, &child); !s.ok()) {
+    say(prefix, s.message());
+    result.exit_code = 127;  // what a shell reports for a program it cannot run
+  } else {
+    OutputReader output(child.out_fd, child.err_fd);
+    auto to_stdout = [&](std::string_view line) {
+      write_all(1, prefix + std::string(line) + "\n");
+    };
+    auto to_stderr = [&](std::string_view line) {
+      write_all(2, prefix + std::string(line) + "\n");
+    };
+    bool exited = false;
+    bool stop_requested = false;
+    Clock::time_point drain_deadline;
+    while (!exited || (output.open() && Clock::now() < drain_deadline)) {
+      std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
+      output.add_to(&fds);
+      if (::poll(fds.data(), fds.size(), exited ? poll_timeout_ms(&drain_deadline) : -1) < 0 &&
+          errno != EINTR) {
+        // Cannot happen with valid descriptors; if it does, do not report a guess.
+        say(prefix, std::string("poll: ") + std::strerror(errno));
+        if (!exited) {
+          ::kill(child.pid, SIGKILL);
+          int status = 0;
+          while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+          }
+          result.signal = SIGKILL;
+        }
+        break;
+      }
+      output.service(fds, to_stdout, to_stderr);
+      for (const auto& e : read_signal_events(signal_fd)) {
+        if (e.signal == SIGCHLD) continue;
+        stop_requested = true;
+        // mpirun signals the whole process group, which includes the program; passing
+        // its signals on as well would deliver them twice.
+        if (e.sender != ::getppid()) ::kill(child.pid, e.signal);
+      }
+      int status = 0;
+      if (!exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
+        exited = true;
+        drain_deadline = Clock::now() + kDrainAfterExit;
+        if (WIFSIGNALED(status)) {
+          result.signal = WTERMSIG(status);
+        } else {
+          result.exit_code = shell_status(status);
+        }
+      }
+    }
+    output.finish(to_stdout, to_stderr);
+    result.stopped = stop_requested;
+    if (stop_requested) linger = false;  // the job is already being stopped
+  }
+
+  write_all(2, format_exit_event(result) + "\n");
+  if (result.failed() && linger) linger_until_stopped(signal_fd, options.linger_seconds);
+  return result.status();
+}
+
+}  // namespace kolo::launcher

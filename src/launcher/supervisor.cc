@@ -1,0 +1,252 @@
+// kolorun's parent loop over mpirun (see supervisor.h).
+#include "launcher/supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "launcher/events.h"
+#include "launcher/lines.h"
+#include "launcher/process.h"
+
+namespace kolo::launcher {
+namespace {
+
+// After mpirun exits, its pipes may still be held by processes it started (ssh to
+// remote hosts); read what they flush, but no longer than this.
+constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+void say(const std::string& text) { write_all(2, "kolorun: " + text + "\n"); }
+
+// Lines that the worker shims forwarded start with "[rank] "; anything else on mpirun's
+// stderr comes from mpirun itself.
+bool is_worker_line(std::string_view line) {
+  if (line.size() < 4 || line[0] != '[') return false;
+  size_t i = 1;
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9') ++i;
+  return i > 1 && i + 1 < line.size() && line[i] == ']' && line[i + 1] == ' ';
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
+}
+
+// The job's state; owned by the one thread of kolorun.
+class Job {
+ public:
+  explicit Job(const SuperviseOptions& o) : o_(o) {}
+
+  int run();
+
+ private:
+  void on_stderr_line(std::string_view line);
+  void on_marker(const WorkerExit& e);
+  void on_user_signal(int sig);
+  void stop(const char* why);
+  // The nearest deadline to wake up for, or nullptr.
+  const Clock::time_point* next_deadline();
+  void on_deadlines();
+  int exit_status() const;
+
+  const SuperviseOptions& o_;
+  Child mpirun_;
+  std::optional<int> mpirun_status_;           // wait() status once reaped
+  std::optional<WorkerExit> first_failure_;    // first worker that failed on its own
+  std::optional<WorkerExit> stopped_failure_;  // first worker that failed after a stop request
+  std::set<int> reported_;                     // ranks whose exit marker arrived
+  int user_signal_ = 0;                        // first SIGINT/SIGTERM/SIGHUP to kolorun
+  bool stopping_ = false;                      // SIGTERM sent to mpirun
+  bool killed_ = false;                        // SIGKILL sent to mpirun
+  std::optional<Clock::time_point> grace_deadline_, kill_deadline_, finish_deadline_,
+      drain_deadline_;
+  Clock::time_point wake_;
+};
+
+int Job::run() {
+  const int signal_fd = route_signals_to_pipe({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  ::signal(SIGPIPE, SIG_IGN);
+  SpawnOptions spawn;
+  spawn.own_process_group = true;
+  spawn.parent_death_signal = SIGTERM;  // if kolorun is killed, mpirun stops the job
+  spawn.stdin_from_dev_null = true;     // in its own process group, a tty read would stop it
+  if (Status s = spawn_piped(o_.mpirun_argv, spawn, &mpirun_); !s.ok()) {
+    say(s.message());
+    say("multi-process jobs run through OpenMPI's mpirun: install the Debian package "
+        "openmpi-bin (apt-get install openmpi-bin) or put mpirun on PATH");
+    return 127;
+  }
+  OutputReader output(mpirun_.out_fd, mpirun_.err_fd);
+  auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
+  auto to_stderr = [this](std::string_view line) { on_stderr_line(line); };
+
+  while (!mpirun_status_ || (output.open() && Clock::now() < *drain_deadline_)) {
+    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
+    output.add_to(&fds);
+    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(next_deadline()));
+    if (r < 0 && errno != EINTR) {
+      say(std::string("poll: ") + std::strerror(errno));
+      stop("an internal error");
+    }
+    output.service(fds, to_stdout, to_stderr);
+    for (const auto& e : read_signal_events(signal_fd)) {
+      if (e.signal != SIGCHLD) on_user_signal(e.signal);
+    }
+    int status = 0;
+    if (!mpirun_status_ && ::waitpid(mpirun_.pid, &status, WNOHANG) == mpirun_.pid) {
+      mpirun_status_ = status;
+      drain_deadline_ = Clock::now() + kDrainAfterExit;
+    }
+    on_deadlines();
+  }
+  output.finish(to_stdout, to_stderr);
+  return exit_status();
+}
+
+void Job::on_stderr_line(std::string_view line) {
+  WorkerExit e;
+  if (parse_exit_event(std::string(line), &e)) {
+    on_marker(e);
+    return;
+  }
+  // Once kolorun has stopped the job, mpirun's own reports about processes it had to
+  // terminate only repeat what kolorun already said.
+  if (stopping_ && !is_worker_line(line)) return;
+  write_all(2, std::string(line) + "\n");
+}
+
+void Job::on_marker(const WorkerExit& e) {
+  reported_.insert(e.rank);
+  if (e.failed() && e.stopped && !stopping_ && !stopped_failure_) {
+    // Someone else (mpirun ending the job after a process died, a batch system, a user's
+    // kill) stopped this worker: reported at the end unless a real cause turns up.
+    stopped_failure_ = e;
+  }
+  if (e.failed() && !e.stopped && !first_failure_ && !stopping_) {
+    first_failure_ = e;
+    say(describe_exit(e));
+    if (static_cast<int>(reported_.size()) < o_.np) {
+      grace_deadline_ = Clock::now() + seconds(o_.grace_seconds);
+      if (o_.grace_seconds > 0) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "stopping the other workers in %g s (--grace-seconds)",
+                      o_.grace_seconds);
+        say(buf);
+      }
+    }
+  }
+  if (static_cast<int>(reported_.size()) >= o_.np) {
+    if (first_failure_) {
+      // A failed worker's shim is lingering until it is told to stop; nothing else is
+      // left to wait for.
+      stop(nullptr);
+    } else if (!finish_deadline_) {
+      finish_deadline_ = Clock::now() + seconds(o_.finish_seconds);
+    }
+  }
+}
+
+void Job::on_user_signal(int sig) {
+  if (user_signal_ != 0 || killed_) {
+    // A second Ctrl-C: the user does not want to wait for a graceful stop.
+    if (!killed_ && !mpirun_status_) ::kill(-mpirun_.pid, SIGKILL);
+    killed_ = true;
+    return;
+  }
+  user_signal_ = sig;
+  say(std::string("received ") + signal_name(sig) + ", stopping the job");
+  stop(nullptr);
+}
+
+void Job::stop(const char* why) {
+  if (stopping_ || mpirun_status_) return;
+  if (why != nullptr) say(std::string("stopping the job: ") + why);
+  stopping_ = true;
+  ::kill(mpirun_.pid, SIGTERM);
+  kill_deadline_ = Clock::now() + seconds(o_.kill_after_seconds);
+}
+
+const Clock::time_point* Job::next_deadline() {
+  std::optional<Clock::time_point> best;
+  auto consider = [&](const std::optional<Clock::time_point>& d, bool active) {
+    if (active && d && (!best || *d < *best)) best = d;
+  };
+  consider(grace_deadline_, !stopping_);
+  consider(finish_deadline_, !stopping_);
+  consider(kill_deadline_, !killed_);
+  consider(drain_deadline_, mpirun_status_.has_value());
+  if (!best) return nullptr;
+  wake_ = *best;
+  return &wake_;
+}
+
+void Job::on_deadlines() {
+  if (mpirun_status_) return;
+  const auto now = Clock::now();
+  if (!stopping_ && grace_deadline_ && now >= *grace_deadline_) {
+    stop(nullptr);
+  }
+  if (!stopping_ && finish_deadline_ && now >= *finish_deadline_) {
+    stop("every worker finished but mpirun did not exit");
+  }
+  if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) {
+    // mpirun leads its own process group: this also reaches the ssh sessions it started.
+    ::kill(-mpirun_.pid, SIGKILL);
+    killed_ = true;
+  }
+}
+
+int Job::exit_status() const {
+  // A worker that failed before the user interrupted is the more useful answer.
+  if (first_failure_) return first_failure_->status();
+  if (user_signal_ != 0) return 128 + user_signal_;
+  const int status = shell_status(*mpirun_status_);
+  const int reported = static_cast<int>(reported_.size());
+  if (reported < o_.np) {
+    // Workers that never reported: their shim died, or mpirun could not start them (its
+    // own messages above say which).
+    say("mpirun " +
+        (WIFSIGNALED(*mpirun_status_)
+             ? "was killed by signal " + std::to_string(WTERMSIG(*mpirun_status_))
+             : "exited with status " + std::to_string(status)) +
+        " after " + std::to_string(reported) + " of " + std::to_string(o_.np) +
+        " workers reported an exit status");
+    return status != 0 ? status : 1;
+  }
+  if (stopped_failure_) {
+    say(describe_exit(*stopped_failure_) + " after it was asked to stop");
+    return stopped_failure_->status();
+  }
+  if (status != 0) {
+    say("every worker exited with status 0 but mpirun exited with status " +
+        std::to_string(status));
+    return status;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int supervise(const SuperviseOptions& options) {
+  Job job(options);
+  return job.run();
+}
+
+}  // namespace kolo::launcher

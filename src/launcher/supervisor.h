@@ -1,0 +1,36 @@
+// Supervisor: the kolorun parent. Runs mpirun, forwards its output, and decides when the
+// job ends.
+//
+// mpirun's stdout and stderr come through pipes and are passed on line by line; the
+// exit markers the worker shims write (events.h) are taken out of stderr. The first
+// marker reporting a failure is announced at once; the other workers then get
+// `grace_seconds` to finish or to report their own errors (a peer timeout, say), after
+// which mpirun gets SIGTERM. SIGINT/SIGTERM/SIGHUP to kolorun stop the job the same way.
+// On SIGTERM, OpenMPI 4.1's mpirun sends every worker's process group SIGCONT, then
+// SIGTERM one second later, then SIGKILL one second after that (odls_base_sigkill_timeout)
+// and exits; kolorun SIGKILLs mpirun itself only if it is still there well after that,
+// because killing it earlier loses the workers' last lines, which mpirun still holds.
+// Every wait is bounded except the job itself. Not for: building the mpirun command
+// (mpirun_command.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kolo::launcher {
+
+struct SuperviseOptions {
+  std::vector<std::string> mpirun_argv;
+  int np = 1;                     // workers expected to report
+  double grace_seconds = 5;       // after the first failure, before stopping the others
+  double kill_after_seconds = 5;  // SIGTERM -> SIGKILL for mpirun (its own sequence takes 2 s)
+  // After every worker reported, mpirun should exit promptly; past this it is stopped.
+  double finish_seconds = 10;
+};
+
+// Runs the job; returns kolorun's exit status: 0 if every worker exited 0, else the
+// first failed worker's status (exit code or 128 + signal), else 128 + signal if kolorun
+// was interrupted, else mpirun's status when it failed before the workers reported.
+int supervise(const SuperviseOptions& options);
+
+}  // namespace kolo::launcher

@@ -1,0 +1,208 @@
+// Multi-process tests of kolorun: real kolorun, real mpirun, shell-script workers.
+//
+// Each test bounds its run time (RunKolorun kills kolorun past its limit and the test
+// fails). Failure paths use a short --grace-seconds so that the suite stays fast.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/config.h"
+#include "run_kolorun.h"
+
+namespace kolo::launcher::testing {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::multiset<std::string> line_set(const std::string& text) {
+  auto lines = lines_of(text);
+  return {lines.begin(), lines.end()};
+}
+
+TEST(Kolorun, PrefixesEachWorkersOutputWithItsRank) {
+  RunResult r = run_kolorun({"-np", "3", "sh", "-c", "echo $KOLO_RANK"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(line_set(r.out), (std::multiset<std::string>{"[0] 0", "[1] 1", "[2] 2"})) << r.out;
+  EXPECT_FALSE(contains(r.err, "kolorun:")) << r.err;
+}
+
+class KolorunRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(KolorunRanks, EveryWorkerSeesConsistentVariables) {
+  const int np = GetParam();
+  RunResult r =
+      run_kolorun({"-np", std::to_string(np), "sh", "-c",
+                   "echo $KOLO_RANK $KOLO_SIZE $KOLO_LOCAL_RANK $KOLO_LOCAL_SIZE $KOLO_CROSS_RANK "
+                   "$KOLO_CROSS_SIZE"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::set<int> ranks;
+  for (const auto& line : lines_of(r.out)) {
+    int prefix, rank, size, local_rank, local_size, cross_rank, cross_size;
+    ASSERT_EQ(std::sscanf(line.c_str(), "[%d] %d %d %d %d %d %d", &prefix, &rank, &size,
+                          &local_rank, &local_size, &cross_rank, &cross_size),
+              7)
+        << line;
+    EXPECT_EQ(prefix, rank) << line;
+    EXPECT_EQ(size, np) << line;
+    // One host: local ranks are the ranks, and each cross group is one worker.
+    EXPECT_EQ(local_rank, rank) << line;
+    EXPECT_EQ(local_size, np) << line;
+    EXPECT_EQ(cross_rank, 0) << line;
+    EXPECT_EQ(cross_size, 1) << line;
+    ranks.insert(rank);
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), np) << r.out;
+  EXPECT_EQ(*ranks.begin(), 0);
+  EXPECT_EQ(*ranks.rbegin(), np - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, KolorunRanks, ::testing::Values(2, 3, 4));
+
+TEST(Kolorun, LeavesTheProgramsArgumentsAlone) {
+  RunResult r =
+      run_kolorun({"-np", "1", "sh", "-c", "echo \"$@\"", "x", "-np", "5", "--help", "-H", "a"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] -np 5 --help -H a\n");
+  r = run_kolorun({"--np=1", "--", "sh", "-c", "echo ok"});
+  EXPECT_EQ(r.out, "[0] ok\n") << r.err;
+}
+
+TEST(Kolorun, KeepsStdoutAndStderrApart) {
+  RunResult r = run_kolorun(
+      {"-np", "2", "sh", "-c", "echo out $KOLO_RANK; echo err $KOLO_RANK >&2; printf tail"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(line_set(r.out),
+            (std::multiset<std::string>{"[0] out 0", "[1] out 1", "[0] tail", "[1] tail"}))
+      << r.out;
+  EXPECT_EQ(line_set(r.err), (std::multiset<std::string>{"[0] err 0", "[1] err 1"})) << r.err;
+}
+
+TEST(Kolorun, AFailingWorkerStopsTheOthersAfterTheGracePeriod) {
+  // Rank 1 fails at once; the others would sleep for a minute.
+  RunResult r = run_kolorun({"-np", "3", "--grace-seconds", "1", "sh", "-c",
+                             "if [ $KOLO_RANK = 1 ]; then echo failing >&2; exit 3; fi; "
+                             "sleep 60"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_LT(r.seconds, 15) << r.err;
+  EXPECT_TRUE(contains(r.err, "[1] failing")) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, ") exited with status 3")) << r.err;
+  EXPECT_FALSE(contains(r.err, "KOLO_LAUNCHER_EVENT")) << r.err;
+}
+
+TEST(Kolorun, WhenEveryWorkerFailedItDoesNotWaitForTheGracePeriod) {
+  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "30", "sh", "-c", "exit 1"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_LT(r.seconds, 10) << r.err;
+}
+
+TEST(Kolorun, AWorkerKilledBySignalIsReported) {
+  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "1", "sh", "-c",
+                             "if [ $KOLO_RANK = 1 ]; then kill -9 $$; fi; sleep 60"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 128 + 9) << r.err;
+  EXPECT_LT(r.seconds, 15) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, ") was killed by signal 9 (Killed)")) << r.err;
+}
+
+TEST(Kolorun, SigintStopsTheJob) {
+  KolorunProcess p({"-np", "2", "sh", "-c", "echo ready; sleep 60"});
+  ASSERT_TRUE(p.wait_for_lines("ready", 2, 20)) << p.out();
+  const auto start = std::chrono::steady_clock::now();
+  ::kill(p.pid(), SIGINT);
+  RunResult r = p.wait(20);
+  const double stop_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 130) << r.err;
+  EXPECT_LT(stop_s, 8) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: received SIGINT")) << r.err;
+}
+
+TEST(Kolorun, HelpListsEveryVariableWithItsDefault) {
+  RunResult r = run_kolorun({"--help"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const auto* table : {&core::config_options(), &core::launcher_variables()}) {
+    for (const auto& v : *table) {
+      EXPECT_TRUE(contains(r.out, std::string(v.name) + " (default: " + v.default_value + ")"))
+          << v.name;
+    }
+  }
+  for (const char* option : {"--np", "-H,--hosts", "--hostfile", "--mpi", "--grace-seconds",
+                             "stopped (default: 5)", "--dry-run"}) {
+    EXPECT_TRUE(contains(r.out, option)) << option;
+  }
+}
+
+TEST(Kolorun, RunsTheWorkersAHostfileAllows) {
+  const std::string path = ::testing::TempDir() + "kolorun_test_hostfile";
+  {
+    std::ofstream f(path);
+    f << "# this machine\nlocalhost slots=3\n";
+  }
+  RunResult r =
+      run_kolorun({"-np", "3", "--hostfile", path, "sh", "-c", "echo $KOLO_RANK $KOLO_LOCAL_SIZE"});
+  std::remove(path.c_str());
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(line_set(r.out), (std::multiset<std::string>{"[0] 0 3", "[1] 1 3", "[2] 2 3"}))
+      << r.out;
+}
+
+TEST(Kolorun, MoreWorkersThanSlotsIsAClearError) {
+  RunResult r = run_kolorun({"-np", "3", "-H", "localhost:2", "true"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "-np 3 needs 3 slots but -H localhost:2 has 2")) << r.err;
+}
+
+TEST(Kolorun, DryRunPrintsTheMpirunCommandWithTheHosts) {
+  RunResult r = run_kolorun({"--dry-run", "-np", "4", "-H", "a:2,b:2", "./train", "--lr", "0.1"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "mpirun ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " -np 4 ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " --host a:2,b:2 ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "KOLO_HOST_SLOTS=2,2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--worker-shim")) << r.out;
+  EXPECT_TRUE(contains(r.out, "-- ./train --lr 0.1")) << r.out;
+}
+
+TEST(Kolorun, AProgramThatCannotRunFailsTheWorker) {
+  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "1", "/nonexistent/prog"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 127) << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot run '/nonexistent/prog'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "exited with status 127")) << r.err;
+}
+
+TEST(Kolorun, WithoutMpirunItSaysWhatToInstall) {
+  RunResult r = run_kolorun({"-np", "2", "true"}, 30, {{"PATH", "/nonexistent"}});
+  EXPECT_NE(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "'mpirun'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "openmpi-bin")) << r.err;
+}
+
+TEST(Kolorun, UsageErrors) {
+  EXPECT_EQ(run_kolorun({"-np", "2"}).status, 2);
+  EXPECT_EQ(run_kolorun({"true"}).status, 2);
+  EXPECT_EQ(run_kolorun({"-np", "0", "true"}).status, 2);
+  RunResult r = run_kolorun({"-np", "1", "-H", "a:2,,b", "true"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "empty entry")) << r.err;
+}
+
+}  // namespace
+}  // namespace kolo::launcher::testing
