@@ -38,6 +38,8 @@ class Controller {
   };
   Cycle run(std::vector<Request> new_requests, bool want_shutdown);
 
+  transport::Communicator& communicator() { return *comm_; }
+
   // For tests and logs.
   std::uint64_t fast_cycles() const { return fast_cycles_; }
   std::uint64_t slow_cycles() const { return slow_cycles_; }

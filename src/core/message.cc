@@ -19,7 +19,7 @@ const char* op_name(OpType op) {
 }
 
 bool Request::same_signature(const Request& o) const {
-  return name == o.name && op == o.op && dtype == o.dtype && device == o.device &&
+  return name == o.name && process_set == o.process_set && op == o.op && dtype == o.dtype && device == o.device &&
          reduce_op == o.reduce_op && root == o.root && prescale == o.prescale &&
          postscale == o.postscale && shapes == o.shapes && splits == o.splits;
 }
@@ -123,6 +123,7 @@ std::string encode_requests(const std::vector<Request>& requests) {
   w.pod<std::uint32_t>(static_cast<std::uint32_t>(requests.size()));
   for (const auto& r : requests) {
     w.pod(r.rank);
+    w.pod(r.process_set);
     w.str(r.name);
     w.pod(r.op);
     w.pod(r.dtype);
@@ -145,7 +146,7 @@ Status decode_requests(const std::string& bytes, std::vector<Request>* out) {
   out->clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     Request r;
-    if (!rd.pod(&r.rank) || !rd.str(&r.name) || !rd.pod(&r.op) || !rd.pod(&r.dtype) ||
+    if (!rd.pod(&r.rank) || !rd.pod(&r.process_set) || !rd.str(&r.name) || !rd.pod(&r.op) || !rd.pod(&r.dtype) ||
         !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
         !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.shapes(&r.shapes) ||
         !rd.vec(&r.splits) || !valid(r)) {

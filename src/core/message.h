@@ -31,6 +31,7 @@ using Shape = std::vector<std::int64_t>;
 
 struct Request {
   std::int32_t rank = 0;
+  std::int32_t process_set = 0;  // negotiated among the ranks of this set only
   std::string name;
   OpType op = OpType::kAllreduce;
   DataType dtype = DataType::kFloat32;

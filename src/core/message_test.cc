@@ -13,6 +13,7 @@ namespace {
 
 void expect_same(const Request& a, const Request& b) {
   EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.process_set, b.process_set);
   EXPECT_TRUE(a.same_signature(b)) << a.name << " vs " << b.name;
   // same_signature covers these; spelled out so a failure names the field.
   EXPECT_EQ(a.name, b.name);
@@ -49,6 +50,7 @@ void expect_same(const Response& a, const Response& b) {
 std::vector<Request> sample_requests() {
   Request a;
   a.rank = 3;
+  a.process_set = 5;
   a.name = "layer1.weight.grad";
   a.op = OpType::kAlltoall;
   a.dtype = DataType::kBFloat16;
@@ -194,16 +196,16 @@ TEST(MessageTest, HugeLengthFieldsFail) {
   one.name = "abc";
   one.shapes = {{2}};
   const std::string bytes = encode_requests({one});
-  // Layout: magic(1) count(4) rank(4) name_len(4) "abc" ...
+  // Layout: magic(1) count(4) rank(4) process_set(4) name_len(4) "abc" ...
   const std::uint32_t huge = 0xffffffffu;
-  for (std::size_t offset : {std::size_t{1}, std::size_t{9}}) {
+  for (std::size_t offset : {std::size_t{1}, std::size_t{13}}) {
     std::string bad = bytes;
     std::memcpy(bad.data() + offset, &huge, sizeof huge);
     std::vector<Request> out;
     EXPECT_FALSE(decode_requests(bad, &out).ok()) << "length field at " << offset;
   }
   // shapes count follows name(3) op dtype device reduce_op(4) root(4) prescale postscale(16).
-  const std::size_t shapes_at = 1 + 4 + 4 + 4 + 3 + 4 + 4 + 16;
+  const std::size_t shapes_at = 1 + 4 + 4 + 4 + 4 + 3 + 4 + 4 + 16;
   for (std::size_t offset : {shapes_at, shapes_at + 4}) {  // shape count, first shape's rank
     std::string bad = bytes;
     std::memcpy(bad.data() + offset, &huge, sizeof huge);
@@ -244,7 +246,7 @@ TEST(MessageTest, OutOfRangeEnumValuesFail) {
   Request one;
   one.name = "abc";
   const std::string bytes = encode_requests({one});
-  const std::size_t enums_at = 1 + 4 + 4 + 4 + 3;  // op, dtype, device, reduce_op
+  const std::size_t enums_at = 1 + 4 + 4 + 4 + 4 + 3;  // op, dtype, device, reduce_op
   const char* fields[] = {"op", "dtype", "device", "reduce_op"};
   for (std::size_t k = 0; k < 4; ++k) {
     std::string bad = bytes;

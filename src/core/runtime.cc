@@ -24,6 +24,14 @@ void check_view(const TensorView& v, const std::string& what) {
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
 
+void check_process_set(int id, const std::string& what) {
+  if (id != kGlobalProcessSet) {
+    throw_error(ErrorCode::kInvalidArgument,
+                what + ": process set " + std::to_string(id) +
+                    " does not exist (only the global set 0 is available)");
+  }
+}
+
 }  // namespace
 
 Runtime::Runtime(Config config, CommunicatorFactory factory)
@@ -97,11 +105,8 @@ Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
   r.op = OpType::kAllreduce;
   r.name = o.name.empty() ? default_name(r.op) : o.name;
   const std::string what = std::string(grouped ? "grouped allreduce '" : "allreduce '") + r.name + "'";
-  if (o.process_set != kGlobalProcessSet) {
-    throw_error(ErrorCode::kInvalidArgument,
-                what + ": process set " + std::to_string(o.process_set) +
-                    " does not exist (only the global set 0 is available)");
-  }
+  check_process_set(o.process_set, what);
+  r.process_set = o.process_set;
   if (inputs.empty() || inputs.size() != outputs.size()) {
     throw_error(ErrorCode::kInvalidArgument,
                 what + ": got " + std::to_string(inputs.size()) + " inputs and " +
@@ -134,13 +139,10 @@ Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
 
 namespace {
 Request single(OpType op, const std::string& name, const TensorView& t, int process_set) {
-  if (process_set != kGlobalProcessSet) {
-    throw_error(ErrorCode::kInvalidArgument,
-                std::string(op_name(op)) + " '" + name + "': process set " +
-                    std::to_string(process_set) + " does not exist (only the global set 0 is available)");
-  }
+  check_process_set(process_set, std::string(op_name(op)) + " '" + name + "'");
   check_view(t, std::string(op_name(op)) + " '" + name + "' tensor");
   Request r;
+  r.process_set = process_set;
   r.op = op;
   r.name = name;
   r.dtype = t.dtype;
@@ -238,7 +240,11 @@ void Runtime::loop() {
   if (!status.ok()) return;
   log::set_thread_rank(topology_.rank);
 
-  Controller controller(config_, comm_.get());
+  // One controller per process set, each negotiating among its own ranks over its own
+  // communicator. Only the global set (all ranks, id 0) exists so far; another set is
+  // another entry here with a communicator over its ranks.
+  std::map<int, Controller> sets;
+  sets.try_emplace(kGlobalProcessSet, config_, comm_.get());
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -246,34 +252,42 @@ void Runtime::loop() {
   Status fatal;
   bool shutdown = false;
   while (!shutdown && fatal.ok()) {
-    std::vector<Request> requests;
+    std::map<int, std::vector<Request>> requests;
     bool want_stop;
     {
       // A cycle starts as soon as work arrives; an idle rank still cycles every
       // KOLO_CYCLE_TIME_MS because negotiation is collective.
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait_for(lock, cycle_time, [this] { return !new_requests_.empty() || stop_requested_; });
-      requests.swap(new_requests_);
+      for (auto& r : new_requests_) requests[r.process_set].push_back(std::move(r));
+      new_requests_.clear();
       want_stop = stop_requested_;
     }
-    Controller::Cycle cycle = controller.run(std::move(requests), want_stop);
-    fatal = cycle.fatal;
-    shutdown = cycle.shutdown;
-    for (const Response& r : cycle.responses) {
-      if (!fatal.ok()) break;
-      std::shared_ptr<Entry> entry = take(r.name);
-      if (r.is_error()) {
-        if (entry) entry->handle->complete(r.error_code, r.error);
-        continue;
+    std::uint64_t fast = 0, slow = 0;
+    for (auto& [id, controller] : sets) {
+      Controller::Cycle cycle = controller.run(std::move(requests[id]), want_stop);
+      fatal = cycle.fatal;
+      shutdown = shutdown || cycle.shutdown;
+      for (const Response& r : cycle.responses) {
+        if (!fatal.ok()) break;
+        std::shared_ptr<Entry> entry = take(r.name);
+        if (r.is_error()) {
+          if (entry) entry->handle->complete(r.error_code, r.error);
+          continue;
+        }
+        if (entry) entry->handle->mark_started();
+        Status s = execute_response(controller.communicator(), r, entry.get(),
+                                    transport::Clock::now() + peer_timeout);
+        if (s.code() == ErrorCode::kPeerFailure) fatal = s;
+        if (entry) entry->handle->complete(s.code(), s.message());
       }
-      if (entry) entry->handle->mark_started();
-      Status s = execute_response(*comm_, r, entry.get(), transport::Clock::now() + peer_timeout);
-      if (s.code() == ErrorCode::kPeerFailure) fatal = s;
-      if (entry) entry->handle->complete(s.code(), s.message());
+      fast += controller.fast_cycles();
+      slow += controller.slow_cycles();
+      if (!fatal.ok()) break;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    fast_cycles_ = controller.fast_cycles();
-    slow_cycles_ = controller.slow_cycles();
+    fast_cycles_ = fast;
+    slow_cycles_ = slow;
   }
   if (!fatal.ok()) {
     KOLO_LOG(kError, "runtime") << fatal.message();
