@@ -62,6 +62,10 @@ class Handle {
   int last_joined_rank() const;                         // join
   Times times() const;
 
+  // Keeps `owner` alive as long as the operation may use memory it owns: until the
+  // operation completed and the last copy of this handle is gone (for adapters).
+  void keep_alive(std::shared_ptr<void> owner);
+
  private:
   std::shared_ptr<detail::HandleState> state_;
 };
@@ -81,6 +85,9 @@ struct HandleState {
   std::vector<std::int64_t> received_splits;
   int last_joined_rank = -1;
   Handle::Times times;                // guarded by mu
+  // Memory the operation reads or writes, owned by an adapter: released with the last
+  // reference to this state (after completion), so a caller may drop its Handle early.
+  std::shared_ptr<void> keep_alive;
 
   void mark_started();
   void complete(ErrorCode code, std::string message);

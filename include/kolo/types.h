@@ -52,8 +52,11 @@ struct TensorView {
   void* data = nullptr;
   DataType dtype = DataType::kFloat32;
   std::vector<std::int64_t> shape;  // empty = scalar (0-d, one element)
-  DeviceKind device = DeviceKind::kCPU;
-  int device_index = 0;  // CUDA ordinal; ignored for CPU
+  DeviceKind device = DeviceKind::kCPU;  // the caller's tensor's device (compared between ranks)
+  int device_index = 0;                  // CUDA ordinal; ignored for CPU
+  // True when `data` is a host copy of a tensor on `device` (adapters stage CUDA tensors
+  // through host memory); the runtime then reads and writes `data` as CPU memory.
+  bool host_staged = false;
 
   std::int64_t numel() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }

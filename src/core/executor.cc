@@ -1,5 +1,6 @@
 #include "core/executor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/reduce.h"
@@ -121,7 +122,10 @@ Status run_reducescatter(transport::Communicator& comm, const Response& r, Entry
 
 Status execute_response(transport::Communicator& comm, const Response& r, Entry* entry,
                         Deadline deadline) {
-  if (r.device != DeviceKind::kCPU && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
+  const bool host_memory = !entry || r.device == DeviceKind::kCPU ||
+                           std::all_of(entry->inputs.begin(), entry->inputs.end(),
+                                       [](const TensorView& v) { return v.host_staged; });
+  if (!host_memory && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
     return Status(ErrorCode::kUnsupported,
                   std::string(op_name(r.op)) + " '" + r.name +
                       "': the core runtime only reads and writes CPU memory; pass CUDA tensors "

@@ -79,4 +79,10 @@ Handle::Times Handle::times() const {
   return s.times;
 }
 
+void Handle::keep_alive(std::shared_ptr<void> owner) {
+  auto& s = must(state_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.keep_alive = std::move(owner);
+}
+
 }  // namespace kolo

@@ -1,0 +1,193 @@
+// kolo for libtorch: collectives on torch::Tensor, DistributedOptimizer, broadcasts of
+// parameters, optimizer state and objects, a distributed sampler and an IDX loader.
+//
+//   kolo::init();
+//   auto device = kolo::device();                    // cuda:<local_rank> or cpu
+//   torch::optim::Adam adam(model->parameters(), 1e-3 * kolo::size());
+//   kolo::DistributedOptimizer opt(adam, model->named_parameters());
+//   kolo::broadcast_parameters(model->named_parameters(), 0);
+//   kolo::broadcast_optimizer_state(adam, 0);
+//   ... loss.backward(); opt.step(); ...
+//
+// Works with Debian's libtorch 1.13 and libtorch 2.x. CUDA tensors are staged through
+// host memory (the NCCL path is a later issue). Every function here acts on the default
+// runtime started by kolo::init().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "kolo/kolo.h"
+
+namespace kolo {
+
+// --- tensors -------------------------------------------------------------------------------
+
+DataType to_kolo_dtype(torch::ScalarType type);  // throws kolo::Error for unsupported types
+torch::ScalarType to_torch_dtype(DataType dtype);
+
+// cuda:<local_rank> when CUDA devices exist (and makes it the current device), else cpu.
+torch::Device device();
+
+// Result of an asynchronous collective on torch tensors. wait() blocks, copies results
+// back (host staging, non-contiguous or in-place targets) and returns the output.
+class TorchHandle {
+ public:
+  TorchHandle() = default;
+  TorchHandle(Handle handle, std::function<torch::Tensor()> finish)
+      : handle_(std::move(handle)), finish_(std::move(finish)) {}
+  bool poll() const { return handle_.poll(); }
+  // Throws kolo::Error if the operation failed. Idempotent.
+  torch::Tensor wait();
+  const Handle& handle() const { return handle_; }
+  const std::vector<std::int64_t>& received_splits() const { return handle_.received_splits(); }
+
+ private:
+  Handle handle_;
+  std::function<torch::Tensor()> finish_;  // builds the result after completion
+  torch::Tensor result_;
+  bool finished_ = false;
+};
+
+// Out-of-place forms return a new tensor; the `_` forms write into `tensor` (Horovod's
+// in-place ops). allreduce, allgather and broadcast are differentiable: the gradient of
+// an allreduce is the allreduce of the gradient (same op), the gradient of an allgather
+// is this rank's rows of the averaged gradient, and of a broadcast the averaged gradient
+// on the root (zeros elsewhere), as in Horovod.
+torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& options = {});
+void allreduce_(torch::Tensor& tensor, const AllreduceOptions& options = {});
+TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options = {});
+TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& options = {});
+
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const AllreduceOptions& options = {});
+
+torch::Tensor allgather(const torch::Tensor& tensor, const AllgatherOptions& options = {});
+TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions& options = {});
+
+torch::Tensor broadcast(const torch::Tensor& tensor, const BroadcastOptions& options = {});
+void broadcast_(torch::Tensor& tensor, const BroadcastOptions& options = {});
+TorchHandle broadcast_async_(torch::Tensor& tensor, const BroadcastOptions& options = {});
+
+struct TorchAlltoallResult {
+  torch::Tensor output;
+  std::vector<std::int64_t> received_splits;
+};
+TorchAlltoallResult alltoall(const torch::Tensor& tensor, const AlltoallOptions& options = {});
+
+torch::Tensor reducescatter(const torch::Tensor& tensor, const ReducescatterOptions& options = {});
+
+// --- parameters, optimizer state, objects ---------------------------------------------------
+
+using NamedTensors = torch::OrderedDict<std::string, torch::Tensor>;
+
+// Overwrites every parameter with root's values (in place, without autograd).
+void broadcast_parameters(const NamedTensors& named_parameters, int root = 0);
+// Makes every rank's optimizer state (state tensors, step counts) and options (learning
+// rate, betas, ...) equal to root's, through libtorch's optimizer serialization.
+void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
+
+// Root's bytes on every rank.
+std::string broadcast_object(const std::string& bytes, int root = 0, const std::string& name = "");
+// Every rank's bytes, in rank order.
+std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name = "");
+// Values libtorch can serialise (tensors, numbers, strings, lists, dicts of those).
+torch::IValue broadcast_object(const torch::IValue& value, int root = 0, const std::string& name = "");
+std::vector<torch::IValue> allgather_object(const torch::IValue& value, const std::string& name = "");
+
+// --- DistributedOptimizer -------------------------------------------------------------------
+
+enum class Compression { kNone, kFP16, kBF16 };
+
+struct DistributedOptimizerOptions {
+  ReduceOp op = ReduceOp::kAverage;      // kAverage or kSum across ranks
+  int backward_passes_per_step = 1;      // local accumulation: communicate on the last pass
+  Compression compression = Compression::kNone;  // wire format of gradients
+  double gradient_predivide_factor = 1.0;  // with kAverage: divide by f before, by size/f after
+  std::string name_prefix = "grad.";     // tensor names are prefix + parameter name
+};
+
+// Wraps any torch::optim::Optimizer. Gradients are allreduced as each one is produced
+// during backward (overlapping communication with the rest of backward); step() waits
+// for them, writes the reduced gradients and runs the wrapped optimizer. Parameters that
+// got no gradient in a step are reduced as zeros so ranks never diverge or hang.
+// Every rank must wrap the same named parameters. Not thread-safe.
+class DistributedOptimizer {
+ public:
+  DistributedOptimizer(torch::optim::Optimizer& optimizer, const NamedTensors& named_parameters,
+                       DistributedOptimizerOptions options = {});
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Waits for every gradient's allreduce and writes the results into .grad.
+  void synchronize();
+  // synchronize() (unless skipped, see below) then the wrapped optimizer's step().
+  void step();
+  void zero_grad();
+  torch::optim::Optimizer& optimizer() { return optimizer_; }
+
+  // While the returned guard lives, step() does not synchronize: call synchronize()
+  // yourself first, e.g. to clip gradients between the two.
+  class SkipSynchronize {
+   public:
+    explicit SkipSynchronize(DistributedOptimizer& o) : o_(o) { o_.skip_sync_ = true; }
+    ~SkipSynchronize() { o_.skip_sync_ = false; }
+
+   private:
+    DistributedOptimizer& o_;
+  };
+  SkipSynchronize skip_synchronize() { return SkipSynchronize(*this); }
+
+  // When the gradient allreduces of the last synchronize() were enqueued and started,
+  // in parameter order (for tests of overlap and for diagnostics).
+  std::vector<Handle::Times> last_times() const;
+
+ private:
+  struct Param;
+  void ensure_hooks();
+  void on_gradient(Param& p, const torch::Tensor& incoming);
+  void submit(Param& p, torch::Tensor grad);
+
+  torch::optim::Optimizer& optimizer_;
+  DistributedOptimizerOptions options_;
+  std::vector<std::unique_ptr<Param>> params_;
+  bool skip_sync_ = false;
+  std::vector<Handle::Times> last_times_;
+};
+
+// --- data -----------------------------------------------------------------------------------
+
+// Indices of this rank's shard for one epoch: a permutation of [0, size) from
+// `seed + epoch` (the same on every rank), split round-robin across ranks. With
+// drop_last the shard sizes are equal (the remainder is dropped); without it, the first
+// size % ranks ranks get one more index (use kolo::join() for the remainder).
+class DistributedSampler {
+ public:
+  DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank, bool shuffle = true,
+                     std::uint64_t seed = 0, bool drop_last = true);
+  void set_epoch(std::int64_t epoch) { epoch_ = epoch; }
+  std::vector<std::int64_t> indices() const;
+  std::int64_t shard_size() const;
+
+ private:
+  std::int64_t size_;
+  int replicas_, rank_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  bool drop_last_;
+  std::int64_t epoch_ = 0;
+};
+
+// An MNIST-format IDX file (gzipped or not): images as float32 [N, 1, rows, cols] in
+// [0, 1], labels as int64 [N]. Throws kolo::Error naming the file on bad input.
+torch::Tensor load_idx_images(const std::string& path);
+torch::Tensor load_idx_labels(const std::string& path);
+
+}  // namespace kolo

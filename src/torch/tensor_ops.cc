@@ -1,0 +1,293 @@
+// Collectives on torch::Tensor: staging to contiguous host memory, views for the core,
+// results back as tensors, and the autograd functions that make allreduce, allgather and
+// broadcast differentiable. Not for: optimizers (distributed_optimizer.cc) or object
+// broadcasts (broadcast.cc).
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "kolo/torch.h"
+
+namespace kolo {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What the core reads and writes for `t`: contiguous host memory (t itself when it
+// already is), described by a view that still names t's device for validation.
+struct Staged {
+  torch::Tensor host;
+  TensorView view;
+};
+
+Staged stage(const torch::Tensor& t) {
+  Staged s;
+  s.host = t.is_cuda() ? t.to(torch::kCPU) : t;
+  s.host = s.host.contiguous();
+  s.view.data = s.host.data_ptr();
+  s.view.dtype = to_kolo_dtype(t.scalar_type());
+  s.view.shape = t.sizes().vec();
+  s.view.device = t.is_cuda() ? DeviceKind::kCUDA : DeviceKind::kCPU;
+  s.view.device_index = t.is_cuda() ? t.device().index() : 0;
+  s.view.host_staged = t.is_cuda();
+  return s;
+}
+
+TensorView view_into(torch::Tensor& host, const Staged& like) {
+  TensorView v = like.view;
+  v.data = host.data_ptr();
+  return v;
+}
+
+// A torch tensor over a kolo result, without copying: the tensor owns the kolo Tensor.
+torch::Tensor from_kolo(Tensor&& t, const torch::Device& device) {
+  auto owner = std::make_shared<Tensor>(std::move(t));
+  auto options = torch::TensorOptions().dtype(to_torch_dtype(owner->dtype()));
+  torch::Tensor out = owner->nbytes() == 0
+                          ? torch::empty(owner->shape(), options)
+                          : torch::from_blob(owner->data(), owner->shape(), [owner](void*) {}, options);
+  return device.is_cpu() ? out : out.to(device);
+}
+
+template <typename... T>
+std::shared_ptr<void> hold(T... tensors) {
+  return std::make_shared<std::tuple<T...>>(std::move(tensors)...);
+}
+
+}  // namespace
+
+DataType to_kolo_dtype(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat: return DataType::kFloat32;
+    case torch::kDouble: return DataType::kFloat64;
+    case torch::kHalf: return DataType::kFloat16;
+    case torch::kBFloat16: return DataType::kBFloat16;
+    case torch::kChar: return DataType::kInt8;
+    case torch::kByte: return DataType::kUInt8;
+    case torch::kInt: return DataType::kInt32;
+    case torch::kLong: return DataType::kInt64;
+    case torch::kBool: return DataType::kBool;
+    default:
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("torch dtype ") + c10::toString(type) +
+                      " is not supported by kolo (float32/64, float16, bfloat16, int8, uint8, "
+                      "int32, int64, bool are)");
+  }
+}
+
+torch::ScalarType to_torch_dtype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return torch::kFloat;
+    case DataType::kFloat64: return torch::kDouble;
+    case DataType::kFloat16: return torch::kHalf;
+    case DataType::kBFloat16: return torch::kBFloat16;
+    case DataType::kInt8: return torch::kChar;
+    case DataType::kUInt8: return torch::kByte;
+    case DataType::kInt32: return torch::kInt;
+    case DataType::kInt64: return torch::kLong;
+    case DataType::kBool: return torch::kBool;
+  }
+  return torch::kFloat;
+}
+
+torch::Device device() {
+  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
+  const int count = static_cast<int>(torch::cuda::device_count());
+  torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank() % count));
+  // Through c10's device-guard registry: no CUDA headers needed, works on CPU-only builds.
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(d);
+  return d;
+}
+
+torch::Tensor TorchHandle::wait() {
+  if (!finished_) {
+    handle_.wait();
+    result_ = finish_();
+    finished_ = true;
+  }
+  return result_;
+}
+
+// --- raw (non-differentiable) operations -----------------------------------------------
+
+TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options) {
+  Staged in = stage(tensor);
+  torch::Tensor out = torch::empty_like(in.host);
+  Handle h = allreduce_async(in.view, view_into(out, in), options);
+  h.keep_alive(hold(in.host, out));
+  return TorchHandle(h, [out, device = tensor.device()] { return out.to(device); });
+}
+
+TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& options) {
+  Staged s = stage(tensor);
+  Handle h = allreduce_async(s.view, s.view, options);
+  h.keep_alive(hold(s.host));
+  return TorchHandle(h, [host = s.host, tensor]() mutable {
+    torch::NoGradGuard no_grad;
+    if (!host.is_same(tensor)) tensor.copy_(host);
+    return tensor;
+  });
+}
+
+TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions& options) {
+  Staged in = stage(tensor);
+  Handle h = allgather_async(in.view, options);
+  h.keep_alive(hold(in.host));
+  return TorchHandle(h, [h, device = tensor.device()]() mutable {
+    return from_kolo(std::move(h.mutable_output()), device);
+  });
+}
+
+TorchHandle broadcast_async_(torch::Tensor& tensor, const BroadcastOptions& options) {
+  Staged s = stage(tensor);
+  Handle h = broadcast_async(s.view, options);
+  h.keep_alive(hold(s.host));
+  return TorchHandle(h, [host = s.host, tensor]() mutable {
+    torch::NoGradGuard no_grad;
+    if (!host.is_same(tensor)) tensor.copy_(host);
+    return tensor;
+  });
+}
+
+void allreduce_(torch::Tensor& tensor, const AllreduceOptions& options) {
+  torch::NoGradGuard no_grad;
+  allreduce_async_(tensor, options).wait();
+}
+
+void broadcast_(torch::Tensor& tensor, const BroadcastOptions& options) {
+  torch::NoGradGuard no_grad;
+  broadcast_async_(tensor, options).wait();
+}
+
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const AllreduceOptions& options) {
+  std::vector<Staged> ins;
+  std::vector<torch::Tensor> outs;
+  std::vector<TensorView> in_views, out_views;
+  for (const auto& t : tensors) {
+    ins.push_back(stage(t));
+    outs.push_back(torch::empty_like(ins.back().host));
+    in_views.push_back(ins.back().view);
+    out_views.push_back(view_into(outs.back(), ins.back()));
+  }
+  grouped_allreduce(in_views, out_views, options);
+  for (std::size_t i = 0; i < outs.size(); ++i) outs[i] = outs[i].to(tensors[i].device());
+  return outs;
+}
+
+TorchAlltoallResult alltoall(const torch::Tensor& tensor, const AlltoallOptions& options) {
+  Staged in = stage(tensor);
+  Handle h = alltoall_async(in.view, options);
+  h.wait();
+  return {from_kolo(std::move(h.mutable_output()), tensor.device()), h.received_splits()};
+}
+
+torch::Tensor reducescatter(const torch::Tensor& tensor, const ReducescatterOptions& options) {
+  Staged in = stage(tensor);
+  Handle h = reducescatter_async(in.view, options);
+  h.wait();
+  return from_kolo(std::move(h.mutable_output()), tensor.device());
+}
+
+// --- differentiable operations ----------------------------------------------------------
+
+namespace {
+
+std::string grad_name(const std::string& name) { return name.empty() ? "" : name + ".grad"; }
+
+AllreduceOptions allreduce_options(AutogradContext* ctx) {
+  AllreduceOptions o;
+  o.op = static_cast<ReduceOp>(ctx->saved_data["op"].toInt());
+  o.prescale_factor = ctx->saved_data["pre"].toDouble();
+  o.postscale_factor = ctx->saved_data["post"].toDouble();
+  o.name = grad_name(ctx->saved_data["name"].toStringRef());
+  return o;
+}
+
+struct AllreduceFn : torch::autograd::Function<AllreduceFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, int64_t op, double pre,
+                               double post, const std::string& name) {
+    ctx->saved_data["op"] = op;
+    ctx->saved_data["pre"] = pre;
+    ctx->saved_data["post"] = post;
+    ctx->saved_data["name"] = name;
+    AllreduceOptions o;
+    o.op = static_cast<ReduceOp>(op);
+    o.prescale_factor = pre;
+    o.postscale_factor = post;
+    o.name = name;
+    return allreduce_async(t, o).wait();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // d/dx_r of sum_k L_k(post * reduce(pre * x)) is the same reduction of the gradients.
+    return {allreduce(grads[0], allreduce_options(ctx)), {}, {}, {}, {}};
+  }
+};
+
+struct AllgatherFn : torch::autograd::Function<AllgatherFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, const std::string& name) {
+    ctx->saved_data["rows"] = t.dim() > 0 ? t.size(0) : int64_t{1};
+    ctx->saved_data["name"] = name;
+    AllgatherOptions o;
+    o.name = name;
+    return allgather_async(t, o).wait();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::string name = ctx->saved_data["name"].toStringRef();
+    AllreduceOptions avg;
+    avg.name = grad_name(name);
+    torch::Tensor g = allreduce(grads[0], avg);
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    AllgatherOptions go;
+    go.name = name.empty() ? "" : name + ".grad.rows";
+    torch::Tensor all_rows = allgather(torch::tensor({rows}, torch::kLong), go);
+    const int64_t offset = all_rows.narrow(0, 0, kolo::rank()).sum().item<int64_t>();
+    return {g.narrow(0, offset, rows), {}};
+  }
+};
+
+struct BroadcastFn : torch::autograd::Function<BroadcastFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, int64_t root,
+                               const std::string& name) {
+    ctx->saved_data["root"] = root;
+    ctx->saved_data["name"] = name;
+    torch::Tensor out = t.clone();
+    BroadcastOptions o;
+    o.root = static_cast<int>(root);
+    o.name = name;
+    broadcast_async_(out, o).wait();
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    AllreduceOptions avg;
+    avg.name = grad_name(ctx->saved_data["name"].toStringRef());
+    torch::Tensor g = allreduce(grads[0], avg);
+    if (kolo::rank() != ctx->saved_data["root"].toInt()) g = torch::zeros_like(g);
+    return {g, {}, {}};
+  }
+};
+
+bool differentiable(const torch::Tensor& t) { return t.requires_grad() && torch::GradMode::is_enabled(); }
+
+}  // namespace
+
+torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& o) {
+  if (differentiable(tensor)) {
+    return AllreduceFn::apply(tensor, static_cast<int64_t>(o.op), o.prescale_factor,
+                              o.postscale_factor, o.name);
+  }
+  return allreduce_async(tensor, o).wait();
+}
+
+torch::Tensor allgather(const torch::Tensor& tensor, const AllgatherOptions& o) {
+  if (differentiable(tensor)) return AllgatherFn::apply(tensor, o.name);
+  return allgather_async(tensor, o).wait();
+}
+
+torch::Tensor broadcast(const torch::Tensor& tensor, const BroadcastOptions& o) {
+  if (differentiable(tensor)) return BroadcastFn::apply(tensor, static_cast<int64_t>(o.root), o.name);
+  torch::Tensor out = tensor.clone();
+  broadcast_async_(out, o).wait();
+  return out;
+}
+
+}  // namespace kolo

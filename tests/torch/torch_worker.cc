@@ -1,0 +1,328 @@
+// Worker program of the libtorch adapter tests: run under kolorun with 2 or 3 workers,
+// it checks each property against a single-process reference that every worker
+// computes itself, and prints "<check> OK" or "<check> FAILED: why" per check.
+//
+// The defining property of data parallelism: N workers training on their shards of a
+// batch end with the same parameters as one process training on the whole batch.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "kolo/torch.h"
+
+namespace {
+
+using kolo::DistributedOptimizer;
+using kolo::DistributedOptimizerOptions;
+
+int g_failed = 0;
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw Failure(what);
+}
+
+void expect_close(const torch::Tensor& a, const torch::Tensor& b, double rtol, double atol,
+                  const std::string& what) {
+  if (!torch::allclose(a, b, rtol, atol)) {
+    std::ostringstream o;
+    o << what << ": max difference " << (a - b).abs().max().item<double>();
+    throw Failure(o.str());
+  }
+}
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    unused = register_parameter("unused", torch::ones({3}));
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_extra = false) {
+    auto h = torch::tanh(fc1(x));
+    auto y = fc2(h);
+    if (use_extra) y = y + unused.sum();
+    return y;
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor unused;
+};
+TORCH_MODULE(Net);
+
+Net make_net(int seed) {
+  torch::manual_seed(seed);
+  Net net;
+  net->to(torch::kDouble);
+  return net;
+}
+
+// The global batch of step s: rows [r * per_rank, (r + 1) * per_rank) belong to rank r.
+std::pair<torch::Tensor, torch::Tensor> global_batch(int step, int n, int per_rank) {
+  torch::manual_seed(1000 + step);
+  auto x = torch::randn({n * per_rank, 8}, torch::kDouble);
+  auto y = torch::randn({n * per_rank, 4}, torch::kDouble);
+  return {x, y};
+}
+
+using MakeOpt = std::function<std::unique_ptr<torch::optim::Optimizer>(Net&)>;
+
+// Trains a distributed copy and a single-process reference for `steps` steps and
+// compares the parameters. `local_loss` / `reference_loss` define the objective.
+void train_and_compare(const std::string& what, const MakeOpt& make_opt, DistributedOptimizerOptions options,
+                       int steps, double rtol, double atol, bool use_extra_on_rank0 = false) {
+  const int n = kolo::size(), rank = kolo::rank();
+  const int per_rank = 6;
+  Net net = make_net(1), ref = make_net(1);
+  auto opt = make_opt(net);
+  auto ref_opt = make_opt(ref);
+  options.name_prefix = what + ".";
+  DistributedOptimizer dopt(*opt, net->named_parameters(), options);
+  const int passes = options.backward_passes_per_step;
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = global_batch(s, n, per_rank);
+    // Distributed: this rank's rows, split into `passes` micro-batches.
+    dopt.zero_grad();
+    auto mx = x.narrow(0, rank * per_rank, per_rank), my = y.narrow(0, rank * per_rank, per_rank);
+    const int micro = per_rank / passes;
+    for (int p = 0; p < passes; ++p) {
+      auto px = mx.narrow(0, p * micro, micro), py = my.narrow(0, p * micro, micro);
+      auto loss = torch::mse_loss(net->forward(px, use_extra_on_rank0 && rank == 0), py) / passes;
+      loss.backward();
+    }
+    dopt.step();
+    // Reference: the mean of the ranks' losses (average) or their sum (sum).
+    ref_opt->zero_grad();
+    torch::Tensor total = torch::zeros({}, torch::kDouble);
+    for (int r = 0; r < n; ++r) {
+      auto rx = x.narrow(0, r * per_rank, per_rank), ry = y.narrow(0, r * per_rank, per_rank);
+      total = total + torch::mse_loss(ref->forward(rx, use_extra_on_rank0 && r == 0), ry);
+    }
+    if (options.op == kolo::ReduceOp::kAverage) total = total / n;
+    total.backward();
+    ref_opt->step();
+  }
+  auto a = net->named_parameters();
+  for (const auto& item : ref->named_parameters()) {
+    expect_close(a[item.key()], item.value(), rtol, atol, what + " parameter " + item.key());
+  }
+}
+
+MakeOpt sgd() {
+  return [](Net& net) {
+    return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  };
+}
+MakeOpt adam() {
+  return [](Net& net) { return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01)); };
+}
+
+void check_equivalence() {
+  train_and_compare("sgd", sgd(), {}, 5, 1e-10, 1e-12);
+  train_and_compare("adam", adam(), {}, 5, 1e-10, 1e-12);
+}
+
+void check_accumulation() {
+  DistributedOptimizerOptions o;
+  o.backward_passes_per_step = 2;
+  train_and_compare("accumulate", sgd(), o, 4, 1e-10, 1e-12);
+}
+
+void check_sum_and_predivide() {
+  DistributedOptimizerOptions sum;
+  sum.op = kolo::ReduceOp::kSum;
+  train_and_compare("sum", sgd(), sum, 3, 1e-10, 1e-12);
+  DistributedOptimizerOptions pre;
+  pre.gradient_predivide_factor = 4.0;
+  train_and_compare("predivide", sgd(), pre, 3, 1e-10, 1e-12);
+}
+
+void check_compression() {
+  // fp16 on the wire keeps about 3 decimal digits of each gradient; after a few SGD
+  // steps parameters agree to ~1e-3 (stated tolerance: rtol 1e-2, atol 1e-3).
+  DistributedOptimizerOptions o;
+  o.compression = kolo::Compression::kFP16;
+  train_and_compare("fp16", sgd(), o, 3, 1e-2, 1e-3);
+  o.compression = kolo::Compression::kBF16;
+  train_and_compare("bf16", sgd(), o, 3, 5e-2, 5e-3);
+}
+
+void check_unused_parameter() {
+  // 'unused' gets a gradient only on rank 0; the others reduce zeros and nobody hangs.
+  train_and_compare("unused", sgd(), {}, 3, 1e-10, 1e-12, /*use_extra_on_rank0=*/true);
+}
+
+void check_bad_names() {
+  Net net = make_net(1);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  auto expect_error = [](const std::function<void()>& f, const std::string& part) {
+    try {
+      f();
+    } catch (const kolo::Error& e) {
+      expect(std::string(e.what()).find(part) != std::string::npos, e.what());
+      return;
+    }
+    throw Failure("no error mentioning '" + part + "'");
+  };
+  kolo::NamedTensors partial;
+  partial.insert("fc1.weight", net->fc1->weight);
+  expect_error([&] { DistributedOptimizer d(opt, partial, {}); }, "not among the named parameters");
+  kolo::NamedTensors twice = net->named_parameters();
+  twice.insert("alias", net->fc1->weight);  // one tensor under two names
+  expect_error([&] { DistributedOptimizer d(opt, twice, {}); }, "'alias' and 'fc1.weight' are the same tensor");
+  kolo::NamedTensors empty_name;
+  empty_name.insert("", net->fc1->weight);
+  torch::optim::SGD one(std::vector<torch::Tensor>{net->fc1->weight}, 0.1);
+  expect_error([&] { DistributedOptimizer d(one, empty_name, {}); }, "empty name");
+}
+
+void check_overlap() {
+  // Eight 512x512 layers: backward takes long enough that the last layer's gradient is
+  // on the wire before backward ends.
+  torch::manual_seed(3);
+  torch::nn::Sequential model;
+  for (int i = 0; i < 8; ++i) {
+    model->push_back(torch::nn::Linear(512, 512));
+    model->push_back(torch::nn::Tanh());
+  }
+  torch::optim::SGD opt(model->parameters(), 0.01);
+  DistributedOptimizer dopt(opt, model->named_parameters(), {.name_prefix = "overlap."});
+  auto x = torch::randn({256, 512});
+  bool overlapped = false;
+  for (int attempt = 0; attempt < 5 && !overlapped; ++attempt) {
+    dopt.zero_grad();
+    model->forward(x).pow(2).mean().backward();
+    const auto backward_end = kolo::Handle::Clock::now();
+    dopt.step();
+    for (const auto& t : dopt.last_times()) overlapped = overlapped || (t.started != kolo::Handle::Clock::time_point{} && t.started < backward_end);
+  }
+  expect(overlapped, "no gradient allreduce started before backward finished");
+}
+
+void check_broadcasts() {
+  const int rank = kolo::rank();
+  Net net = make_net(100 + rank);  // different on every rank
+  kolo::broadcast_parameters(net->named_parameters(), 0);
+  Net root = make_net(100);
+  for (const auto& item : root->named_parameters()) {
+    expect(torch::equal(net->named_parameters()[item.key()], item.value()), "broadcast_parameters: " + item.key());
+  }
+  // Optimizer state: root has stepped (state) and uses lr 0.05; the others lr 0.5.
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(rank == 0 ? 0.05 : 0.5));
+  if (rank == 0) {
+    for (int i = 0; i < 2; ++i) {
+      opt.zero_grad();
+      net->forward(torch::ones({2, 8}, torch::kDouble)).sum().backward();
+      opt.step();
+    }
+  }
+  kolo::broadcast_optimizer_state(opt, 0);
+  auto& options = static_cast<torch::optim::AdamOptions&>(opt.param_groups()[0].options());
+  expect(options.lr() == 0.05, "learning rate not broadcast: " + std::to_string(options.lr()));
+  torch::serialize::OutputArchive archive;
+  opt.save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  auto all = kolo::allgather_object(torch::IValue(static_cast<int64_t>(opt.state().size())), "state-size");
+  for (const auto& v : all) expect(v.toInt() == all[0].toInt() && v.toInt() > 0, "optimizer state sizes differ");
+  // Objects.
+  std::string msg = kolo::broadcast_object(rank == 0 ? std::string("hello from root\0!", 17) : "", 0, "bytes");
+  expect(msg == std::string("hello from root\0!", 17), "broadcast_object bytes");
+  auto gathered = kolo::allgather_object(std::string(rank + 1, 'a' + rank), "gather-bytes");
+  for (int r = 0; r < kolo::size(); ++r) expect(gathered[r] == std::string(r + 1, 'a' + r), "allgather_object bytes");
+  c10::Dict<std::string, int64_t> d;
+  d.insert("epoch", 7 + rank);
+  auto v = kolo::broadcast_object(torch::IValue(d), 0, "dict");
+  expect(v.toGenericDict().at("epoch").toInt() == 7, "broadcast_object IValue");
+}
+
+void check_autograd() {
+  const int n = kolo::size(), rank = kolo::rank();
+  // y = allreduce(x, sum); loss_r = sum(c_r * y); the total loss sum_r loss_r gives
+  // dx_r = sum_k c_k, which the backward allreduce must produce.
+  auto c = [](int r) { return torch::arange(4, torch::kDouble) + r; };
+  torch::Tensor sum_c = torch::zeros({4}, torch::kDouble);
+  for (int r = 0; r < n; ++r) sum_c += c(r);
+  auto x = torch::ones({4}, torch::kDouble).requires_grad_(true);
+  (kolo::allreduce(x, {.name = "ag.x", .op = kolo::ReduceOp::kSum}) * c(rank)).sum().backward();
+  expect_close(x.grad(), sum_c, 1e-12, 1e-12, "allreduce gradient");
+  // allgather: y = concat(x_r) with rank r contributing r + 1 rows; the gradient is this
+  // rank's rows of the average over ranks of d loss_k / dy (Horovod's convention).
+  auto xg = torch::ones({rank + 1, 2}, torch::kDouble).requires_grad_(true);
+  auto yg = kolo::allgather(xg, {.name = "ag.gather"});
+  const int64_t rows = yg.size(0);
+  auto cg = [&](int r) { return torch::arange(rows * 2, torch::kDouble).reshape({rows, 2}) * (r + 1); };
+  (yg * cg(rank)).sum().backward();
+  torch::Tensor avg = torch::zeros({rows, 2}, torch::kDouble);
+  for (int r = 0; r < n; ++r) avg += cg(r) / n;
+  expect_close(xg.grad(), avg.narrow(0, rank * (rank + 1) / 2, rank + 1), 1e-12, 1e-12, "allgather gradient");
+  // broadcast from root 0: the root's gradient is the average of the ranks' gradients,
+  // the others' zero.
+  auto xb = torch::ones({3}, torch::kDouble).requires_grad_(true);
+  (kolo::broadcast(xb, {.name = "ag.bcast", .root = 0}) * (rank + 1.0)).sum().backward();
+  const double want = rank == 0 ? (n + 1) / 2.0 : 0.0;
+  expect_close(xb.grad(), torch::full({3}, want, torch::kDouble), 1e-12, 1e-12, "broadcast gradient");
+}
+
+void check_tensor_ops() {
+  const int n = kolo::size(), rank = kolo::rank();
+  // Non-contiguous input (a transpose) and every dtype kolo supports.
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16, torch::kChar,
+                     torch::kByte, torch::kInt, torch::kLong}) {
+    auto base = (torch::arange(12) % 5).reshape({3, 4}).to(dtype);
+    auto t = base.t();  // non-contiguous view
+    auto r = kolo::allreduce(t, {.name = std::string("ops.sum.") + c10::toString(dtype), .op = kolo::ReduceOp::kSum});
+    expect(torch::equal(r, (t.to(torch::kLong) * n).to(dtype)), std::string("allreduce of ") + c10::toString(dtype));
+    auto in_place = base.t();
+    kolo::allreduce_(in_place, {.name = std::string("ops.max.") + c10::toString(dtype), .op = kolo::ReduceOp::kMax});
+    expect(torch::equal(in_place, t), "in-place allreduce max");
+    expect(torch::equal(base.t(), in_place), "in-place allreduce writes through the view");
+  }
+  auto b = torch::full({5}, static_cast<double>(rank));
+  kolo::broadcast_(b, {.name = "ops.bcast", .root = n - 1});
+  expect(torch::equal(b, torch::full({5}, static_cast<double>(n - 1))), "broadcast_");
+  auto g = kolo::allgather(torch::full({rank + 1, 2}, rank, torch::kInt));
+  expect(g.size(0) == n * (n + 1) / 2 && g[g.size(0) - 1][0].item<int>() == n - 1, "allgather");
+  std::vector<int64_t> splits(n, 1);
+  auto a2a = kolo::alltoall(torch::arange(n).to(torch::kLong) + 10 * rank, {.name = "ops.a2a", .splits = splits});
+  for (int r = 0; r < n; ++r) expect(a2a.output[r].item<int64_t>() == 10 * r + rank, "alltoall");
+  auto rs = kolo::reducescatter(torch::ones({2 * n + 1, 3}), {.name = "ops.rs", .op = kolo::ReduceOp::kSum});
+  expect(rs.size(0) == 2 + (rank < 1 ? 1 : 0) && rs[0][0].item<float>() == n, "reducescatter");
+  auto grouped = kolo::grouped_allreduce({torch::ones({2}, torch::kDouble), torch::ones({3}, torch::kDouble)},
+                                         {.name = "ops.group", .op = kolo::ReduceOp::kSum});
+  expect(grouped[1][2].item<double>() == n, "grouped allreduce");
+  auto h = kolo::allreduce_async(torch::ones({4}), {.name = "ops.async", .op = kolo::ReduceOp::kSum});
+  expect(h.wait()[3].item<float>() == n, "allreduce_async");
+}
+
+void run(const char* name, void (*check)()) {
+  try {
+    check();
+    std::printf("%s OK\n", name);
+  } catch (const std::exception& e) {
+    ++g_failed;
+    std::printf("%s FAILED: %s\n", name, e.what());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main() {
+  kolo::init();
+  torch::set_num_threads(1);
+  run("equivalence", check_equivalence);
+  run("accumulation", check_accumulation);
+  run("sum_and_predivide", check_sum_and_predivide);
+  run("compression", check_compression);
+  run("unused_parameter", check_unused_parameter);
+  run("bad_names", check_bad_names);
+  run("overlap", check_overlap);
+  run("broadcasts", check_broadcasts);
+  run("autograd", check_autograd);
+  run("tensor_ops", check_tensor_ops);
+  kolo::shutdown();
+  return g_failed ? 1 : 0;
+}
