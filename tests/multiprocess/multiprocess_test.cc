@@ -2,7 +2,7 @@
 // with 2, 3 and 4 workers, the topology each worker sees, and a killed worker.
 #include <gtest/gtest.h>
 
-#include <regex>
+#include <cstdio>
 
 #include "run_kolorun.h"
 
@@ -32,21 +32,25 @@ TEST_P(Workers, TopologyMatchesTheLauncherEnvironment) {
   const int n = GetParam();
   auto r = run_kolorun({"-np", std::to_string(n), KOLO_MP_WORKER, "topology"}, 60);
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  const std::regex re(
-      R"(\[(\d+)\] topology rank=(\d+) size=(\d+) local_rank=(\d+) local_size=(\d+) cross_rank=(\d+) )"
-      R"(cross_size=(\d+) KOLO_RANK=(\d+) KOLO_SIZE=(\d+) KOLO_LOCAL_RANK=(\d+) KOLO_LOCAL_SIZE=(\d+) )"
-      R"(KOLO_CROSS_RANK=(\d+) KOLO_CROSS_SIZE=(\d+))");
   std::vector<bool> seen(n, false);
   for (const auto& line : lines_of(r.out)) {
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    const int rank = std::stoi(m[2]);
+    // [p] topology rank=.. size=.. local_rank=.. local_size=.. cross_rank=.. cross_size=..
+    //     KOLO_RANK=.. KOLO_SIZE=.. KOLO_LOCAL_RANK=.. KOLO_LOCAL_SIZE=.. KOLO_CROSS_RANK=.. KOLO_CROSS_SIZE=..
+    int p, v[6], e[6];
+    if (std::sscanf(line.c_str(),
+                    "[%d] topology rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d "
+                    "KOLO_RANK=%d KOLO_SIZE=%d KOLO_LOCAL_RANK=%d KOLO_LOCAL_SIZE=%d KOLO_CROSS_RANK=%d "
+                    "KOLO_CROSS_SIZE=%d",
+                    &p, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &e[0], &e[1], &e[2], &e[3], &e[4], &e[5]) != 13) {
+      continue;
+    }
+    const int rank = v[0];
     ASSERT_LT(rank, n);
     seen[rank] = true;
-    EXPECT_EQ(m[1], m[2]) << "output prefix names the rank: " << line;
-    EXPECT_EQ(std::stoi(m[3]), n) << line;
-    for (int k = 0; k < 6; ++k) EXPECT_EQ(m[2 + k], m[8 + k]) << "runtime vs environment: " << line;
-    EXPECT_EQ(std::stoi(m[4]), rank) << "one host: local rank = rank: " << line;
+    EXPECT_EQ(p, rank) << "output prefix names the rank: " << line;
+    EXPECT_EQ(v[1], n) << line;
+    for (int k = 0; k < 6; ++k) EXPECT_EQ(v[k], e[k]) << "runtime vs environment: " << line;
+    EXPECT_EQ(v[2], rank) << "one host: local rank = rank: " << line;
   }
   for (int k = 0; k < n; ++k) EXPECT_TRUE(seen[k]) << "no topology line from rank " << k << "\n" << r.out;
 }
