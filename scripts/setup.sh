@@ -3,7 +3,8 @@
 # something is missing). Why each package is there: docs/dependencies.md.
 set -euo pipefail
 packages=(build-essential cmake libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev zlib1g-dev)
+          libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev zlib1g-dev
+          libtorch-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
