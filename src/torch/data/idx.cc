@@ -48,8 +48,9 @@ std::string gz_message(gzFile file, const std::string& path, int* code) {
 std::vector<std::uint8_t> read_all(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    fail(path, "no such file (Debian's dataset-fashion-mnist package installs the "
-               "Fashion-MNIST files in /usr/share/datasets/fashion-mnist)");
+    fail(path,
+         "no such file (Debian's dataset-fashion-mnist package installs the "
+         "Fashion-MNIST files in /usr/share/datasets/fashion-mnist)");
   }
   if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a file");
   const bool gz = is_gzip(path);
@@ -101,8 +102,8 @@ torch::Tensor load_u8(const std::string& path, std::uint32_t want_magic, const c
   }
   const std::uint32_t magic = big_endian_u32(bytes.data());
   if (magic != want_magic) {
-    fail(path, "bad magic number " + hex(magic) + ", expected " + hex(want_magic) + " for " +
-                   kind + " (is this the right file?)");
+    fail(path, "bad magic number " + hex(magic) + ", expected " + hex(want_magic) + " for " + kind +
+                   " (is this the right file?)");
   }
   const std::size_t ndims = want_magic & 0xff;
   const std::size_t header = 4 + 4 * ndims;

@@ -112,8 +112,7 @@ TEST_F(IdxTest, FashionMnist) {
   };
   for (const Split& split : {Split{"train", 60000}, Split{"t10k", 10000}}) {
     SCOPED_TRACE(split.name);
-    const torch::Tensor images =
-        load_idx_images(dir + "/" + split.name + "-images-idx3-ubyte.gz");
+    const torch::Tensor images = load_idx_images(dir + "/" + split.name + "-images-idx3-ubyte.gz");
     const torch::Tensor labels = load_idx_labels(dir + "/" + split.name + "-labels-idx1-ubyte.gz");
     EXPECT_EQ(images.sizes(), (std::vector<std::int64_t>{split.n, 1, 28, 28}));
     EXPECT_EQ(labels.sizes(), (std::vector<std::int64_t>{split.n}));
@@ -123,7 +122,8 @@ TEST_F(IdxTest, FashionMnist) {
     EXPECT_EQ(labels.min().item<std::int64_t>(), 0);
     EXPECT_EQ(labels.max().item<std::int64_t>(), 9);
     // Fashion-MNIST is balanced: every class has n / 10 examples.
-    EXPECT_TRUE(torch::equal(torch::bincount(labels), torch::full({10}, split.n / 10, torch::kInt64)));
+    EXPECT_TRUE(
+        torch::equal(torch::bincount(labels), torch::full({10}, split.n / 10, torch::kInt64)));
   }
 }
 
@@ -149,8 +149,8 @@ TEST_F(IdxTest, TruncatedFiles) {
   expect_error([&] { load_idx_labels(tiny); }, tiny, "too short");
 
   // A gzip stream cut in the middle (the decompressed part may look fine so far).
-  const auto whole = write("whole.gz", idx_bytes(0x801, {4000}, std::vector<std::uint8_t>(4000, 3)),
-                           true);
+  const auto whole =
+      write("whole.gz", idx_bytes(0x801, {4000}, std::vector<std::uint8_t>(4000, 3)), true);
   std::ifstream in(whole, std::ios::binary);
   std::vector<char> gz_bytes((std::istreambuf_iterator<char>(in)), {});
   gz_bytes.resize(gz_bytes.size() / 2);

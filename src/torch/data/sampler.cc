@@ -38,18 +38,17 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size, int num_replic
       seed_(seed),
       drop_last_(drop_last) {
   if (num_replicas < 1) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "DistributedSampler: num_replicas must be >= 1, got " + std::to_string(num_replicas));
+    throw Error(ErrorCode::kInvalidArgument, "DistributedSampler: num_replicas must be >= 1, got " +
+                                                 std::to_string(num_replicas));
   }
   if (rank < 0 || rank >= num_replicas) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "DistributedSampler: rank must be in [0, " + std::to_string(num_replicas) +
-                    "), got " + std::to_string(rank));
+    throw Error(ErrorCode::kInvalidArgument, "DistributedSampler: rank must be in [0, " +
+                                                 std::to_string(num_replicas) + "), got " +
+                                                 std::to_string(rank));
   }
   if (dataset_size < 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "DistributedSampler: dataset_size must be >= 0, got " +
-                    std::to_string(dataset_size));
+    throw Error(ErrorCode::kInvalidArgument, "DistributedSampler: dataset_size must be >= 0, got " +
+                                                 std::to_string(dataset_size));
   }
 }
 

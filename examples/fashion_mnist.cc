@@ -1,0 +1,281 @@
+// Fashion-MNIST classification with kolo: the Horovod workflow in C++ with libtorch.
+//
+//   kolorun -np 2 build/bin/fashion_mnist --epochs 1
+//
+// Every worker holds a replica of the model and trains on its own shard of the data.
+// kolo::DistributedOptimizer averages the gradients across workers, so all replicas take
+// the same steps; with N workers an epoch takes 1/N of the steps, and the learning rate
+// is scaled by N to make up for the N-times larger global batch (Horovod's recipe).
+// Rank 0 prints progress, writes checkpoints and the summary; --resume may restart on a
+// different number of workers. This is a starting point to copy, not a benchmark.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kolo/torch.h"
+
+namespace {
+
+struct Flags {
+  int epochs = 10;
+  std::int64_t batch_size = 64;  // per worker
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  int threads = 1;         // one thread per worker: workers already use the cores
+  std::string checkpoint;  // "" = no checkpoints
+  bool resume = false;
+  std::string summary_json;
+  std::uint64_t seed = 42;
+  std::int64_t max_steps = 0;  // per epoch; 0 = no limit
+  bool progress = false, no_progress = false;
+};
+
+// conv 3x3 (1 -> 32) + ReLU, max-pool 2, linear (32*13*13 -> 64) + ReLU, linear (64 -> 10);
+// returns log-probabilities (log_softmax), trained with nll_loss: cross entropy.
+struct NetImpl : torch::nn::Module {
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  NetImpl() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
+    fc1 = register_module("fc1", torch::nn::Linear(32 * 13 * 13, 64));
+    fc2 = register_module("fc2", torch::nn::Linear(64, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv(x)), 2).flatten(1);
+    return torch::log_softmax(fc2(torch::relu(fc1(x))), 1);
+  }
+};
+TORCH_MODULE(Net);
+
+struct Dataset {
+  torch::Tensor images, labels;
+};
+
+Dataset load(const std::string& dir, const std::string& split) {
+  return {kolo::load_idx_images(dir + "/" + split + "-images-idx3-ubyte.gz"),
+          kolo::load_idx_labels(dir + "/" + split + "-labels-idx1-ubyte.gz")};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Writes `path` whole or not at all: a crash mid-write leaves the previous file intact.
+template <typename WriteFn>
+void write_atomically(const std::string& path, WriteFn write) {
+  const std::string tmp = path + ".tmp";
+  write(tmp);
+  std::filesystem::rename(tmp, path);
+}
+
+// Rank 0's progress bar on stderr, redrawn in place at most 10 times a second.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on) {}
+  void update(int epoch, int epochs, std::int64_t step, std::int64_t steps, double loss) {
+    if (!on_ || (step < steps && seconds_since(last_) < 0.1)) return;
+    last_ = std::chrono::steady_clock::now();
+    const int width = 30, done = static_cast<int>(width * step / std::max<std::int64_t>(steps, 1));
+    std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld loss %.4f", epoch, epochs,
+                 std::string(done, '=').c_str(), std::string(width - done, ' ').c_str(),
+                 static_cast<long long>(step), static_cast<long long>(steps), loss);
+  }
+  void clear() {
+    if (on_) std::fprintf(stderr, "\r%80s\r", "");
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Accuracy over the whole test set: each rank scores its shard, the counts are summed.
+double test_accuracy(Net& model, const Dataset& test) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  kolo::DistributedSampler sampler(test.labels.size(0), kolo::size(), kolo::rank(),
+                                   /*shuffle=*/false, 0, /*drop_last=*/false);
+  const torch::Tensor idx = torch::tensor(sampler.indices(), torch::kInt64);
+  std::int64_t correct = 0;
+  for (const torch::Tensor& batch : idx.split(1000)) {
+    const torch::Tensor pred = model->forward(test.images.index_select(0, batch)).argmax(1);
+    correct += pred.eq(test.labels.index_select(0, batch)).sum().item<std::int64_t>();
+  }
+  model->train();
+  const torch::Tensor total = kolo::allreduce(torch::tensor({correct}, torch::kInt64),
+                                              {.name = "test.correct", .op = kolo::ReduceOp::kSum});
+  return static_cast<double>(total.item<std::int64_t>()) / static_cast<double>(test.labels.size(0));
+}
+
+void save_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& optimizer,
+                     int epochs_done) {
+  torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+  model->save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("epochs_done", torch::IValue(static_cast<std::int64_t>(epochs_done)));
+  write_atomically(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+}
+
+// Restores the model and optimizer from `path`; returns the number of epochs it had done.
+int load_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& optimizer) {
+  torch::serialize::InputArchive archive, model_archive, optimizer_archive;
+  archive.load_from(path);
+  archive.read("model", model_archive);
+  archive.read("optimizer", optimizer_archive);
+  model->load(model_archive);
+  optimizer.load(optimizer_archive);
+  torch::IValue epochs_done;
+  archive.read("epochs_done", epochs_done);
+  return static_cast<int>(epochs_done.toInt());
+}
+
+int train(const Flags& flags) {
+  kolo::init();
+  const int rank = kolo::rank(), size = kolo::size();
+  torch::manual_seed(flags.seed);  // same initial weights everywhere (broadcast below anyway)
+  torch::set_num_threads(flags.threads);
+
+  const Dataset train_set = load(flags.data, "train"), test_set = load(flags.data, "t10k");
+  Net model;
+  const double lr = 1e-3 * size;
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(lr));
+  kolo::DistributedOptimizer optimizer(adam, model->named_parameters());
+
+  // Rank 0 restores the checkpoint; the broadcasts below hand it to everyone.
+  int start_epoch = 0;
+  if (flags.resume && rank == 0 && std::filesystem::exists(flags.checkpoint)) {
+    start_epoch = load_checkpoint(flags.checkpoint, model, adam);
+  }
+  start_epoch = static_cast<int>(
+      kolo::broadcast_object(torch::IValue(std::int64_t{start_epoch}), 0, "start_epoch").toInt());
+  kolo::broadcast_parameters(model->named_parameters(), 0);
+  kolo::broadcast_optimizer_state(adam, 0);
+  // The checkpoint carries the old run's learning rate; rescale for this run's workers.
+  for (auto& group : adam.param_groups()) {
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
+  }
+  if (rank == 0 && start_epoch > 0) {
+    std::printf("resumed from %s at epoch %d\n", flags.checkpoint.c_str(), start_epoch);
+  }
+
+  kolo::DistributedSampler sampler(train_set.labels.size(0), size, rank, /*shuffle=*/true,
+                                   flags.seed, /*drop_last=*/true);
+  Progress progress(rank == 0 && !flags.no_progress && (flags.progress || isatty(2)));
+  double accuracy = 0, mean_loss = 0, images_per_sec_sum = 0;
+  int epochs_run = 0;
+  for (int epoch = start_epoch; epoch < flags.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    const torch::Tensor order = torch::tensor(sampler.indices(), torch::kInt64);
+    // Every rank's shard has the same size (drop_last), so ranks run the same step count.
+    std::int64_t steps = (order.size(0) + flags.batch_size - 1) / flags.batch_size;
+    if (flags.max_steps > 0) steps = std::min(steps, flags.max_steps);
+
+    const auto start = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    std::int64_t images = 0;
+    for (std::int64_t step = 0; step < steps; ++step) {
+      const torch::Tensor batch =
+          order.slice(0, step * flags.batch_size, (step + 1) * flags.batch_size);
+      optimizer.zero_grad();
+      const torch::Tensor loss =
+          torch::nll_loss(model->forward(train_set.images.index_select(0, batch)),
+                          train_set.labels.index_select(0, batch));
+      loss.backward();
+      optimizer.step();
+      loss_sum += loss.item<double>();
+      images += batch.size(0);
+      progress.update(epoch + 1, flags.epochs, step + 1, steps, loss_sum / (step + 1));
+    }
+    const double train_seconds = seconds_since(start);
+    progress.clear();
+
+    // Sums over ranks: loss of every batch, batches, images.
+    const torch::Tensor totals = kolo::allreduce(
+        torch::tensor({loss_sum, static_cast<double>(steps), static_cast<double>(images)},
+                      torch::kFloat64),
+        {.name = "epoch.totals", .op = kolo::ReduceOp::kSum});
+    mean_loss = totals[0].item<double>() / std::max(totals[1].item<double>(), 1.0);
+    const double images_per_sec = totals[2].item<double>() / train_seconds;
+    accuracy = test_accuracy(model, test_set);
+    images_per_sec_sum += images_per_sec;
+    ++epochs_run;
+
+    if (rank == 0) {
+      std::printf("epoch %d/%d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n", epoch + 1,
+                  flags.epochs, mean_loss, accuracy, images_per_sec);
+      std::fflush(stdout);
+      if (!flags.checkpoint.empty()) save_checkpoint(flags.checkpoint, model, adam, epoch + 1);
+    }
+  }
+
+  if (rank == 0 && epochs_run == 0) {
+    std::printf("nothing to do: %d of %d epochs already done\n", start_epoch, flags.epochs);
+  }
+  if (rank == 0 && !flags.summary_json.empty() && epochs_run > 0) {
+    const nlohmann::json summary = {{"world_size", size},
+                                    {"epochs", flags.epochs},
+                                    {"test_accuracy", accuracy},
+                                    {"train_loss", mean_loss},
+                                    {"images_per_sec", images_per_sec_sum / epochs_run}};
+    write_atomically(flags.summary_json, [&](const std::string& tmp) {
+      std::ofstream(tmp) << summary.dump(2) << "\n";
+    });
+  }
+  kolo::shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  CLI::App app{"Train a small CNN on Fashion-MNIST with kolo (launch with kolorun -np N)"};
+  app.add_option("--epochs", flags.epochs, "epochs to train")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--batch-size", flags.batch_size, "images per step per worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 60000));
+  app.add_option("--data", flags.data, "directory of the Fashion-MNIST *-ubyte.gz files")
+      ->capture_default_str();
+  app.add_option("--threads", flags.threads, "torch threads per worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--checkpoint", flags.checkpoint, "save model and optimizer here every epoch");
+  app.add_flag("--resume", flags.resume, "continue from --checkpoint if it exists");
+  app.add_option("--summary-json", flags.summary_json, "write the final metrics here as JSON");
+  app.add_option("--seed", flags.seed, "seed of the initial weights and the shuffle")
+      ->capture_default_str();
+  app.add_option("--max-steps", flags.max_steps, "stop each epoch after N steps (0 = no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000000));
+  app.add_flag("--progress", flags.progress, "show the progress bar even when stderr is no tty");
+  app.add_flag("--no-progress", flags.no_progress, "never show the progress bar");
+  CLI11_PARSE(app, argc, argv);
+  if (flags.resume && flags.checkpoint.empty()) {
+    std::fprintf(stderr, "--resume needs --checkpoint PATH\n");
+    return 2;
+  }
+
+  // Every rank reports its own failure; kolorun shows which worker said what.
+  const auto who = [] {
+    return kolo::is_initialized() ? "rank " + std::to_string(kolo::rank()) : std::string("worker");
+  };
+  try {
+    return train(flags);
+  } catch (const kolo::Error& e) {
+    std::fprintf(stderr, "%s: kolo error (%s): %s\n", who().c_str(),
+                 kolo::error_code_name(e.code()), e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", who().c_str(), e.what());
+  }
+  return 1;
+}
