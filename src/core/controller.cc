@@ -85,6 +85,8 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
   cycle.fatal = comm_->control_and(words, deadline());
   if (!cycle.fatal.ok()) return cycle;
   const std::uint64_t any = ~words[0];
+  cycle.idle = any == 0 && hits_.empty();
+  for (int i = 0; i < words_ && cycle.idle; ++i) cycle.idle = words[1 + i] == 0 && ~words[1 + words_ + i] == 0;
   if (any & kShutdown) {
     cycle.shutdown = true;
     return cycle;

@@ -35,6 +35,7 @@ class Controller {
     std::vector<Response> responses;  // execute in this order
     bool shutdown = false;            // some rank called shutdown()
     Status fatal;                     // peer failure or stall shutdown: stop the runtime
+    bool idle = true;                 // no rank had anything to negotiate or run
   };
   Cycle run(std::vector<Request> new_requests, bool want_shutdown);
 

@@ -24,6 +24,9 @@ void check_view(const TensorView& v, const std::string& what) {
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
 
+// Longest wait between cycles while every rank is idle (see Runtime::loop).
+constexpr std::chrono::milliseconds kMaxIdleWait(8);
+
 void check_process_set(int id, const std::string& what) {
   if (id != kGlobalProcessSet) {
     throw_error(ErrorCode::kInvalidArgument,
@@ -249,23 +252,30 @@ void Runtime::loop() {
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       seconds(config_.peer_timeout_seconds));
+  // A cycle starts as soon as work arrives; without local work a rank still cycles,
+  // because negotiation is collective: every KOLO_CYCLE_TIME_MS while any rank is busy,
+  // backing off to kMaxIdleWait while every rank is idle. The back-off costs no latency
+  // when ranks submit together (each wakes on its own work) and keeps an idle runtime
+  // from taking a tenth of a core from training.
+  const auto max_idle_wait = std::max<std::chrono::steady_clock::duration>(cycle_time, kMaxIdleWait);
+  auto idle_wait = cycle_time;
   Status fatal;
   bool shutdown = false;
   while (!shutdown && fatal.ok()) {
     std::map<int, std::vector<Request>> requests;
     bool want_stop;
     {
-      // A cycle starts as soon as work arrives; an idle rank still cycles every
-      // KOLO_CYCLE_TIME_MS because negotiation is collective.
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait_for(lock, cycle_time, [this] { return !new_requests_.empty() || stop_requested_; });
+      work_cv_.wait_for(lock, idle_wait, [this] { return !new_requests_.empty() || stop_requested_; });
       for (auto& r : new_requests_) requests[r.process_set].push_back(std::move(r));
       new_requests_.clear();
       want_stop = stop_requested_;
     }
     std::uint64_t fast = 0, slow = 0;
+    bool idle = true;
     for (auto& [id, controller] : sets) {
       Controller::Cycle cycle = controller.run(std::move(requests[id]), want_stop);
+      idle = idle && cycle.idle && cycle.responses.empty();
       fatal = cycle.fatal;
       shutdown = shutdown || cycle.shutdown;
       for (const Response& r : cycle.responses) {
@@ -285,6 +295,7 @@ void Runtime::loop() {
       slow += controller.slow_cycles();
       if (!fatal.ok()) break;
     }
+    idle_wait = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait * 2, max_idle_wait) : cycle_time;
     std::lock_guard<std::mutex> lock(mu_);
     fast_cycles_ = fast;
     slow_cycles_ = slow;

@@ -4,6 +4,8 @@
 //
 //   mp_worker collectives   every collective, several dtypes and sizes, errors, join
 //   mp_worker topology      prints "topology rank=.. size=.. local_rank=.. ..." and env
+//   mp_worker idle          sleeps 3 s after init and prints the process's CPU time
+//                           (what an idle runtime costs)
 //   mp_worker die           the last rank kills itself (SIGKILL) while the others wait in
 //                           an allreduce; they must fail with kPeerFailure naming it
 #include <chrono>
@@ -12,7 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "core/testing/values.h"
 #include "kolo/kolo.h"
@@ -185,6 +190,12 @@ int main(int argc, char** argv) {
                   kolo::local_rank(), kolo::local_size(), kolo::cross_rank(), kolo::cross_size());
       for (const char* e : env) std::printf(" %s=%s", e, std::getenv(e) ? std::getenv(e) : "unset");
       std::printf("\n");
+    } else if (mode == "idle") {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      rusage u;
+      getrusage(RUSAGE_SELF, &u);
+      const double cpu = u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+      std::printf("rank %d idle for 3 s used %.3f s of CPU (%.1f%% of a core)\n", rank, cpu, cpu / 3 * 100);
     } else if (mode == "die") {
       return run_die(rank, n);
     } else {
