@@ -71,8 +71,11 @@ using MakeOpt = std::function<std::unique_ptr<torch::optim::Optimizer>(Net&)>;
 
 // Trains a distributed copy and a single-process reference for `steps` steps and
 // compares the parameters. `local_loss` / `reference_loss` define the objective.
+using BeforeStep = std::function<void(int step, Net& net)>;
+
 void train_and_compare(const std::string& what, const MakeOpt& make_opt, DistributedOptimizerOptions options,
-                       int steps, double rtol, double atol, bool use_extra_on_rank0 = false) {
+                       int steps, double rtol, double atol, bool use_extra_on_rank0 = false,
+                       const BeforeStep& before_step = nullptr) {
   const int n = kolo::size(), rank = kolo::rank();
   const int per_rank = 6;
   Net net = make_net(1), ref = make_net(1);
@@ -83,6 +86,10 @@ void train_and_compare(const std::string& what, const MakeOpt& make_opt, Distrib
   const int passes = options.backward_passes_per_step;
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = global_batch(s, n, per_rank);
+    if (before_step) {
+      before_step(s, net);
+      before_step(s, ref);
+    }
     // Distributed: this rank's rows, split into `passes` micro-batches.
     dopt.zero_grad();
     auto mx = x.narrow(0, rank * per_rank, per_rank), my = y.narrow(0, rank * per_rank, per_rank);
@@ -152,6 +159,15 @@ void check_compression() {
 void check_unused_parameter() {
   // 'unused' gets a gradient only on rank 0; the others reduce zeros and nobody hangs.
   train_and_compare("unused", sgd(), {}, 3, 1e-10, 1e-12, /*use_extra_on_rank0=*/true);
+}
+
+void check_requires_grad_changes() {
+  // fc1 is frozen in step 1 and trainable again in step 2: ranks neither hang nor diverge
+  // from the reference, whose optimizer sees the same gradients.
+  train_and_compare("freeze", sgd(), {}, 4, 1e-10, 1e-12, false, [](int step, Net& net) {
+    net->fc1->weight.requires_grad_(step != 1);
+    net->fc1->bias.requires_grad_(step != 1);
+  });
 }
 
 void check_bad_names() {
@@ -318,6 +334,7 @@ int main() {
   run("sum_and_predivide", check_sum_and_predivide);
   run("compression", check_compression);
   run("unused_parameter", check_unused_parameter);
+  run("requires_grad_changes", check_requires_grad_changes);
   run("bad_names", check_bad_names);
   run("overlap", check_overlap);
   run("broadcasts", check_broadcasts);
