@@ -20,24 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "fashion_mnist_model.h"
 #include "kolo/torch.h"
 
 namespace {
 
-struct NetImpl : torch::nn::Module {
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  NetImpl() {
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
-    fc1 = register_module("fc1", torch::nn::Linear(32 * 13 * 13, 64));
-    fc2 = register_module("fc2", torch::nn::Linear(64, 10));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv(x)), 2).flatten(1);
-    return torch::log_softmax(fc2(torch::relu(fc1(x))), 1);
-  }
-};
-TORCH_MODULE(Net);
+using kolo_examples::Net;
 
 using Clock = std::chrono::steady_clock;
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "fashion_mnist_model.h"
 #include "kolo/torch.h"
 
 namespace {
@@ -36,22 +37,7 @@ struct Flags {
   bool progress = false, no_progress = false;
 };
 
-// conv 3x3 (1 -> 32) + ReLU, max-pool 2, linear (32*13*13 -> 64) + ReLU, linear (64 -> 10);
-// returns log-probabilities (log_softmax), trained with nll_loss: cross entropy.
-struct NetImpl : torch::nn::Module {
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  NetImpl() {
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
-    fc1 = register_module("fc1", torch::nn::Linear(32 * 13 * 13, 64));
-    fc2 = register_module("fc2", torch::nn::Linear(64, 10));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv(x)), 2).flatten(1);
-    return torch::log_softmax(fc2(torch::relu(fc1(x))), 1);
-  }
-};
-TORCH_MODULE(Net);
+using kolo_examples::Net;
 
 struct Dataset {
   torch::Tensor images, labels;
