@@ -63,6 +63,16 @@ class Communicator {
                                DataType dtype, ReduceOp op, Deadline deadline) = 0;
   virtual Status barrier(Deadline deadline) = 0;
 
+  // Optional zero-copy staging: a buffer of at least `bytes` bytes that allreduce() on
+  // this communicator reduces without copying it first (shm: this rank's region of the
+  // shared segment). nullptr when the implementation has none of that size. The runtime's
+  // fusion packs into it, calls allreduce() on its start, and unpacks from it. Valid until
+  // the next call of any method of this communicator other than allreduce() on it.
+  virtual void* fusion_buffer(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+
   // --- control plane (negotiation), rooted at rank 0 -----------------------------------
   // Bitwise AND of `words` across ranks, result on every rank. A rank that does not
   // arrive by the deadline is named in the error on every rank that can know it.
