@@ -31,6 +31,12 @@ const std::vector<OptionDoc>& config_options() {
       {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning, error or off"},
       {"KOLO_TRANSPORT", "auto",
        "auto (mpi when started by kolorun/mpirun/srun with more than one rank, else local), mpi, local"},
+      {"KOLO_FUSION_THRESHOLD", "67108864",
+       "bytes: consecutive allreduces of one cycle with the same dtype and reduction are packed "
+       "into one buffer up to this size (scaling done while packing); 0 disables fusion"},
+      {"KOLO_SHM", "auto",
+       "auto (shared-memory transport when every rank is on one host), 0 (off: plain MPI), "
+       "1 (required: error if ranks span hosts)"},
   };
   return kOptions;
 }
@@ -60,6 +66,20 @@ Status read_double(const Env& env, const char* name, double min, double* out) {
   const double v = std::strtod(it->second.c_str(), &end);
   if (end == it->second.c_str() || *end != '\0' || !(v >= min)) {
     return bad(name, it->second, "a number >= " + std::to_string(min));
+  }
+  *out = v;
+  return Status::OK();
+}
+
+Status read_int64(const Env& env, const char* name, long long min, long long max,
+                  std::int64_t* out) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return Status::OK();
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || *end != '\0' || v < min || v > max) {
+    return bad(name, it->second,
+               "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
   }
   *out = v;
   return Status::OK();
@@ -99,6 +119,14 @@ Status parse_config(const Env& env, Config* out) {
       return bad("KOLO_TRANSPORT", it->second, "auto, mpi or local");
     }
     c.transport = it->second;
+  }
+  KOLO_RETURN_IF_ERROR(read_int64(env, "KOLO_FUSION_THRESHOLD", 0, std::int64_t{1} << 40,
+                                  &c.fusion_threshold_bytes));
+  if (auto it = env.find("KOLO_SHM"); it != env.end() && !it->second.empty()) {
+    if (it->second != "auto" && it->second != "0" && it->second != "1") {
+      return bad("KOLO_SHM", it->second, "auto, 0 or 1");
+    }
+    c.shm = it->second;
   }
   *out = c;
   return Status::OK();

@@ -5,6 +5,7 @@
 // Not for: launcher flags (src/launcher) or per-operation options (include/kolo/kolo.h).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ struct Config {
   double peer_timeout_seconds = 60.0;  // KOLO_PEER_TIMEOUT_SECONDS
   log::Level log_level = log::kWarning;  // KOLO_LOG_LEVEL
   std::string transport = "auto";      // KOLO_TRANSPORT
+  // KOLO_FUSION_THRESHOLD: consecutive compatible allreduces are packed into one buffer
+  // of at most this many bytes; 0 disables fusion.
+  std::int64_t fusion_threshold_bytes = std::int64_t{64} << 20;
+  std::string shm = "auto";            // KOLO_SHM: auto, 0 or 1 (read by the transport table)
 };
 
 // Parses the KOLO_* variables of `env` into `out` (starting from defaults). Returns an

@@ -28,6 +28,8 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.peer_timeout_seconds, 60.0);
   EXPECT_EQ(c.log_level, log::kWarning);
   EXPECT_EQ(c.transport, "auto");
+  EXPECT_EQ(c.fusion_threshold_bytes, 64 << 20);
+  EXPECT_EQ(c.shm, "auto");
 }
 
 TEST(ConfigTest, EmptyAndUnrelatedVariablesKeepDefaults) {
@@ -65,6 +67,12 @@ TEST(ConfigTest, EachVariableParsed) {
   EXPECT_EQ(parse_ok({{"KOLO_STALL_CHECK_SECONDS", "1e1"}}).stall_check_seconds, 10.0);
   EXPECT_EQ(parse_ok({{"KOLO_TRANSPORT", "local"}}).transport, "local");
   EXPECT_EQ(parse_ok({{"KOLO_TRANSPORT", "auto"}}).transport, "auto");
+  EXPECT_EQ(parse_ok({{"KOLO_FUSION_THRESHOLD", "0"}}).fusion_threshold_bytes, 0);
+  EXPECT_EQ(parse_ok({{"KOLO_FUSION_THRESHOLD", "1048576"}}).fusion_threshold_bytes, 1 << 20);
+  EXPECT_EQ(parse_ok({{"KOLO_FUSION_THRESHOLD", "8589934592"}}).fusion_threshold_bytes,
+            std::int64_t{8} << 30);
+  EXPECT_EQ(parse_ok({{"KOLO_SHM", "0"}}).shm, "0");
+  EXPECT_EQ(parse_ok({{"KOLO_SHM", "1"}}).shm, "1");
   const std::pair<const char*, log::Level> levels[] = {
       {"trace", log::kTrace}, {"info", log::kInfo},   {"warning", log::kWarning},
       {"warn", log::kWarning}, {"error", log::kError}, {"off", log::kOff},
@@ -96,6 +104,10 @@ TEST(ConfigTest, BadValuesNameVariableAndValue) {
       {"KOLO_LOG_LEVEL", "WARNING "},
       {"KOLO_TRANSPORT", "nccl"},
       {"KOLO_TRANSPORT", "MPI"},
+      {"KOLO_FUSION_THRESHOLD", "-1"},
+      {"KOLO_FUSION_THRESHOLD", "64M"},
+      {"KOLO_FUSION_THRESHOLD", "2e6"},
+      {"KOLO_SHM", "yes"},
   };
   for (const auto& [name, value] : bad) {
     Config c;

@@ -118,18 +118,90 @@ Status run_reducescatter(transport::Communicator& comm, const Response& r, Entry
   return Status::OK();
 }
 
+bool host_memory(const Response& r, const Entry* entry) {
+  return !entry || r.device == DeviceKind::kCPU ||
+         std::all_of(entry->inputs.begin(), entry->inputs.end(),
+                     [](const TensorView& v) { return v.host_staged; });
+}
+
+Status device_memory_error(const Response& r) {
+  return Status(ErrorCode::kUnsupported,
+                std::string(op_name(r.op)) + " '" + r.name +
+                    "': the core runtime only reads and writes CPU memory; pass CUDA tensors "
+                    "through the libtorch adapter (kolo/torch.h), which stages them on the host");
+}
+
 }  // namespace
+
+void* FusionBuffer::get(transport::Communicator& comm, std::size_t bytes) {
+  if (void* shared = comm.fusion_buffer(bytes)) return shared;
+  if (own_.size() < bytes) {
+    own_.clear();
+    own_.shrink_to_fit();
+    own_.resize(bytes);
+  }
+  return own_.data();
+}
+
+Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>& items,
+                     FusionBuffer& buffer, Deadline deadline, std::vector<Status>* item_status) {
+  const Response& first = *items.front().response;
+  item_status->assign(items.size(), Status::OK());
+  // An entry this rank cannot read (device memory not staged on the host) fails alone;
+  // it still takes part with zeros so the other ranks' collective completes.
+  std::vector<Entry*> entries(items.size());
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    entries[k] = items[k].entry;
+    if (entries[k] && !host_memory(*items[k].response, entries[k])) {
+      (*item_status)[k] = device_memory_error(*items[k].response);
+      entries[k] = nullptr;
+    }
+  }
+  const std::size_t elem = dtype_size(first.dtype);
+  std::size_t total = 0;
+  for (const auto& item : items) {
+    for (const auto& shape : item.response->shapes) total += static_cast<std::size_t>(numel(shape));
+  }
+  auto* base = static_cast<std::byte*>(buffer.get(comm, total * elem));
+
+  std::size_t offset = 0;  // elements
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const Response& r = *items[k].response;
+    for (std::size_t i = 0; i < r.shapes.size(); ++i) {
+      const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+      std::byte* dst = base + offset * elem;
+      if (entries[k]) {
+        if (count) std::memcpy(dst, entries[k]->inputs[i].data, count * elem);
+      } else {
+        std::memset(dst, 0, count * elem);  // a joined rank contributes zeros
+      }
+      if (r.prescale != 1.0) scale(dst, count, r.dtype, r.prescale);
+      offset += count;
+    }
+  }
+
+  KOLO_RETURN_IF_ERROR(comm.allreduce(base, total, first.dtype, wire_op(first.reduce_op), deadline));
+
+  offset = 0;
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const Response& r = *items[k].response;
+    for (std::size_t i = 0; i < r.shapes.size(); ++i) {
+      const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+      std::byte* src = base + offset * elem;
+      if (entries[k] && count) {
+        finish_scaling(src, count, r, comm.size());
+        std::memcpy(entries[k]->outputs[i].data, src, count * elem);
+      }
+      offset += count;
+    }
+  }
+  return Status::OK();
+}
 
 Status execute_response(transport::Communicator& comm, const Response& r, Entry* entry,
                         Deadline deadline) {
-  const bool host_memory = !entry || r.device == DeviceKind::kCPU ||
-                           std::all_of(entry->inputs.begin(), entry->inputs.end(),
-                                       [](const TensorView& v) { return v.host_staged; });
-  if (!host_memory && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
-    return Status(ErrorCode::kUnsupported,
-                  std::string(op_name(r.op)) + " '" + r.name +
-                      "': the core runtime only reads and writes CPU memory; pass CUDA tensors "
-                      "through the libtorch adapter (kolo/torch.h), which stages them on the host");
+  if (!host_memory(r, entry) && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
+    return device_memory_error(r);
   }
   if (!entry && r.op != OpType::kAllreduce && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
     return Internal(std::string(op_name(r.op)) + " '" + r.name + "' reached a rank that did not submit it");

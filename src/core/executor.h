@@ -5,6 +5,9 @@
 // for allgather/alltoall/reducescatter. Not for: deciding what runs (controller.h).
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "core/message.h"
 #include "core/runtime.h"
 #include "transport/communicator.h"
@@ -15,5 +18,32 @@ namespace kolo::core {
 // (allreduce and barrier only): it then takes part with zeros.
 Status execute_response(transport::Communicator& comm, const Response& response, Entry* entry,
                         transport::Deadline deadline);
+
+// The packing buffer of fused allreduces: the communicator's zero-copy buffer when it
+// has one that large (shm), else a private buffer that grows to the largest fused size
+// used so far (never beyond KOLO_FUSION_THRESHOLD). Owned by the background thread.
+class FusionBuffer {
+ public:
+  void* get(transport::Communicator& comm, std::size_t bytes);
+
+ private:
+  std::vector<std::byte> own_;
+};
+
+// One member of a fused allreduce: the negotiated response and this rank's entry (null
+// when this rank has joined: it contributes zeros).
+struct FusedItem {
+  const Response* response;
+  Entry* entry;
+};
+
+// Runs compatible allreduces (plan_fusion()) as one: each tensor is copied into the
+// buffer and prescaled there, the buffer is reduced once, and each result is scaled
+// (average, postscale) in the buffer and copied to its output. The returned status is
+// the collective's (a failure applies to every item); `item_status` gets each item's
+// own outcome when the collective succeeded.
+Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>& items,
+                     FusionBuffer& buffer, transport::Deadline deadline,
+                     std::vector<Status>* item_status);
 
 }  // namespace kolo::core

@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "core/controller.h"
 #include "core/executor.h"
+#include "core/fusion.h"
 
 namespace kolo::core {
 
@@ -210,6 +211,19 @@ std::uint64_t Runtime::slow_cycles() const {
   return slow_cycles_;
 }
 
+std::uint64_t Runtime::fused_responses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fused_responses_;
+}
+
+void Runtime::hold_requests(bool hold) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_requests_ = hold;
+  }
+  work_cv_.notify_all();
+}
+
 std::shared_ptr<Entry> Runtime::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(name);
@@ -230,6 +244,40 @@ void Runtime::fail_all(const Status& status) {
   for (auto& [name, entry] : pending) entry->handle->complete(status.code(), status.message());
 }
 
+Status Runtime::execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
+                              const FusionGroup& group, FusionBuffer& buffer,
+                              transport::Deadline deadline) {
+  std::vector<std::shared_ptr<Entry>> entries;
+  std::vector<FusedItem> items;
+  for (std::size_t index : group) {
+    const Response& r = responses[index];
+    entries.push_back(take(r.name));
+    Entry* entry = entries.back().get();
+    if (r.is_error()) {
+      if (entry) entry->handle->complete(r.error_code, r.error);
+      entries.pop_back();
+      continue;
+    }
+    if (entry) entry->handle->mark_started();
+    items.push_back({&r, entry});
+  }
+  if (items.empty()) return Status::OK();
+  Status s;
+  std::vector<Status> item_status(items.size());
+  if (items.size() == 1) {
+    s = execute_response(comm, *items[0].response, items[0].entry, deadline);
+  } else {
+    s = execute_fused(comm, items, buffer, deadline, &item_status);
+    std::lock_guard<std::mutex> lock(mu_);
+    fused_responses_ += items.size();
+  }
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const Status& mine = s.ok() ? item_status[k] : s;
+    if (items[k].entry) items[k].entry->handle->complete(mine.code(), mine.message());
+  }
+  return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
+}
+
 void Runtime::loop() {
   Status status = factory_(&comm_);
   {
@@ -248,6 +296,7 @@ void Runtime::loop() {
   // another entry here with a communicator over its ranks.
   std::map<int, Controller> sets;
   sets.try_emplace(kGlobalProcessSet, config_, comm_.get());
+  FusionBuffer fusion_buffer;
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -266,9 +315,13 @@ void Runtime::loop() {
     bool want_stop;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait_for(lock, idle_wait, [this] { return !new_requests_.empty() || stop_requested_; });
-      for (auto& r : new_requests_) requests[r.process_set].push_back(std::move(r));
-      new_requests_.clear();
+      work_cv_.wait_for(lock, idle_wait, [this] {
+        return (!new_requests_.empty() && !hold_requests_) || stop_requested_;
+      });
+      if (!hold_requests_) {
+        for (auto& r : new_requests_) requests[r.process_set].push_back(std::move(r));
+        new_requests_.clear();
+      }
       want_stop = stop_requested_;
     }
     std::uint64_t fast = 0, slow = 0;
@@ -278,18 +331,10 @@ void Runtime::loop() {
       idle = idle && cycle.idle && cycle.responses.empty();
       fatal = cycle.fatal;
       shutdown = shutdown || cycle.shutdown;
-      for (const Response& r : cycle.responses) {
+      for (const FusionGroup& group : plan_fusion(cycle.responses, config_.fusion_threshold_bytes)) {
         if (!fatal.ok()) break;
-        std::shared_ptr<Entry> entry = take(r.name);
-        if (r.is_error()) {
-          if (entry) entry->handle->complete(r.error_code, r.error);
-          continue;
-        }
-        if (entry) entry->handle->mark_started();
-        Status s = execute_response(controller.communicator(), r, entry.get(),
-                                    transport::Clock::now() + peer_timeout);
-        if (s.code() == ErrorCode::kPeerFailure) fatal = s;
-        if (entry) entry->handle->complete(s.code(), s.message());
+        fatal = execute_group(controller.communicator(), cycle.responses, group, fusion_buffer,
+                              transport::Clock::now() + peer_timeout);
       }
       fast += controller.fast_cycles();
       slow += controller.slow_cycles();

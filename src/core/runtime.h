@@ -24,6 +24,9 @@
 namespace kolo::core {
 
 // One submitted operation waiting to run.
+class FusionBuffer;
+struct Response;
+
 struct Entry {
   Request request;
   std::vector<TensorView> inputs;
@@ -64,12 +67,22 @@ class Runtime {
   // Negotiation statistics of the global process set (for tests).
   std::uint64_t fast_cycles() const;
   std::uint64_t slow_cycles() const;
+  // Responses executed as members of a fused allreduce (for tests and logs).
+  std::uint64_t fused_responses() const;
+
+  // For tests: while held, the background thread keeps cycling but takes no new
+  // requests, so everything submitted meanwhile enters negotiation in one cycle.
+  void hold_requests(bool hold);
 
  private:
   Handle enqueue(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs);
   std::string default_name(OpType op);
   void loop();
-  void execute(const struct Response& response);
+  // Runs one group of plan_fusion() and completes its handles. Returns a peer failure
+  // (which stops the runtime); every other error only fails the group's handles.
+  Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
+                       const std::vector<std::size_t>& group, FusionBuffer& buffer,
+                       transport::Deadline deadline);
   void fail_all(const Status& status);
   std::shared_ptr<Entry> take(const std::string& name);
 
@@ -92,6 +105,8 @@ class Runtime {
   std::map<OpType, std::uint64_t> unnamed_counts_;                 // guarded by mu_
   std::uint64_t fast_cycles_ = 0;                                  // guarded by mu_
   std::uint64_t slow_cycles_ = 0;                                  // guarded by mu_
+  std::uint64_t fused_responses_ = 0;                              // guarded by mu_
+  bool hold_requests_ = false;                                     // guarded by mu_
 };
 
 }  // namespace kolo::core
