@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "core/testing/ranks.h"
 #include "core/testing/values.h"
@@ -57,13 +58,21 @@ bool checked(std::int64_t i, int rank, int n, std::int64_t count) {
   return count <= 4096 || i < 1024 || i % n == rank;
 }
 
-class Collectives : public ::testing::TestWithParam<int> {};
+// Parameters: rank count, and fusion on (default threshold) or off.
+class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  static Config config() {
+    Config c = test_config();
+    if (!std::get<1>(GetParam())) c.fusion_threshold_bytes = 0;
+    return c;
+  }
+};
 
 // Allreduce of every dtype and op: for each size, all dtype/op combinations are in
 // flight at once (1M: one dtype at a time to bound memory).
 TEST_P(Collectives, AllreduceEveryDtypeOpAndSize) {
-  const int n = GetParam();
-  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, config(), [n](int rank, Runtime& rt) {
     for (std::int64_t count : sizes()) {
       for (std::size_t batch = 0; batch < std::size(kAllDtypes); ++batch) {
         struct Op {
@@ -107,8 +116,8 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndSize) {
 }
 
 TEST_P(Collectives, AllgatherEveryDtypeWithUnevenFirstDims) {
-  const int n = GetParam();
-  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, config(), [n](int rank, Runtime& rt) {
     for (std::int64_t base : sizes()) {
       const std::int64_t rows_base = base / 3;  // rows of 3 elements
       for (DataType dtype : kAllDtypes) {
@@ -136,8 +145,8 @@ TEST_P(Collectives, AllgatherEveryDtypeWithUnevenFirstDims) {
 }
 
 TEST_P(Collectives, BroadcastEveryDtypeFromEveryRoot) {
-  const int n = GetParam();
-  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, config(), [n](int rank, Runtime& rt) {
     for (std::int64_t count : sizes()) {
       for (DataType dtype : kAllDtypes) {
         const int root = static_cast<int>((count + static_cast<int>(dtype)) % n);
@@ -156,8 +165,8 @@ TEST_P(Collectives, BroadcastEveryDtypeFromEveryRoot) {
 }
 
 TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
-  const int n = GetParam();
-  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, config(), [n](int rank, Runtime& rt) {
     for (DataType dtype : kAllDtypes) {
       for (int scale : {0, 1, 7}) {
         // Rank r sends (r + j) % 3 * scale rows of 2 to rank j; row values encode (r, j, row).
@@ -206,8 +215,8 @@ TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
 }
 
 TEST_P(Collectives, ReducescatterSplitsUnevenRowsLikeHorovod) {
-  const int n = GetParam();
-  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, config(), [n](int rank, Runtime& rt) {
     for (std::int64_t count : sizes()) {
       const std::int64_t rows = count / 2 + 1;  // uneven over most rank counts
       for (DataType dtype : kAllDtypes) {
@@ -235,8 +244,8 @@ TEST_P(Collectives, ReducescatterSplitsUnevenRowsLikeHorovod) {
 }
 
 TEST_P(Collectives, PrescalePostscaleAndGroupedAllreduce) {
-  const int n = GetParam();
-  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, config(), [n](int rank, Runtime& rt) {
     std::vector<float> a(10, 1.0f + rank), b(3, 2.0f);
     std::vector<std::int32_t> c(4, 6 * (rank + 1));
     AllreduceOptions o;
@@ -268,8 +277,12 @@ TEST_P(Collectives, PrescalePostscaleAndGroupedAllreduce) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(1, 2, 3, 4, 8),
-                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks" +
+                                  (std::get<1>(info.param) ? "Fused" : "Unfused");
+                         });
 
 }  // namespace
 }  // namespace kolo::core
