@@ -57,16 +57,21 @@ enum class WaitResult { kDone, kTimeout, kMpiError };
 
 // Calls `test(&done)` (which returns an MPI error code) until it reports done, fails, or
 // `deadline` passes. The first `spin` is a busy loop, which keeps a lockstep round trip in
-// the microseconds; after that the thread naps, doubling from 10 us up to 160 us (Linux
-// timer slack adds ~50 us to each), so that a thread waiting for a slow peer costs a few
-// percent of a core rather than a whole one. OpenMPI moves data only inside MPI calls, so
-// every nap also pauses transfers in flight; see kDataSpin for the data plane's choice.
+// the microseconds; after that the thread naps, doubling from 10 us up to `max_nap`
+// (Linux timer slack adds ~50 us to each), so that a thread waiting for a slow peer costs
+// little of a core. The control plane's default of 1 ms matters during training: a rank
+// waiting in negotiation for a peer still in backward otherwise woke ~4700 times a second
+// and took that time from its own compute thread (docs/benchmarks.md); 1 ms is the cycle
+// time, the granularity negotiation works at anyway. OpenMPI moves data only inside MPI
+// calls, so every nap also pauses transfers in flight; the data plane therefore spins
+// longer and naps at most 160 us (kDataSpin, kDataMaxNap).
 template <typename Test>
 WaitResult poll_until(Deadline deadline, Test&& test, int* mpi_error,
-                      std::chrono::microseconds spin = std::chrono::microseconds(80)) {
+                      std::chrono::microseconds spin = std::chrono::microseconds(80),
+                      std::chrono::microseconds max_nap = std::chrono::microseconds(1000)) {
   using std::chrono::microseconds;
   constexpr microseconds kFirstNap(10);
-  constexpr microseconds kMaxNap(160);
+  const microseconds kMaxNap = max_nap;
   bool done = false;
   const auto spin_end = Clock::now() + spin;
   microseconds nap = kFirstNap;
