@@ -111,6 +111,13 @@ int run_allreduce(const AllreduceArgs& a) {
                 "p90_us", "algbw_GB/s", "busbw_GB/s");
     std::fflush(stdout);
   }
+  // Start-up noise (launcher processes, first negotiation, page faults of the runtime's
+  // buffers) stays out of the first row: a few hundred small allreduces first.
+  {
+    float x = 0;
+    const kolo::TensorView w = view_of(&x, kolo::DataType::kFloat32, 1);
+    for (int i = 0; i < 300; ++i) kolo::allreduce_async(w, w, {.name = "bench.warmup"}).wait();
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (std::int64_t bytes : list) {
     const Row r = measure(buf.get(), bytes, a, op);

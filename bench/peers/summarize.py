@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""Merges the JSON files bench/compare.sh writes into one report: a table per rank count
+(kolo vs MPI_Allreduce vs Gloo algbw, medians over repeats), the memory-bandwidth line and
+the shared-memory allreduce bound derived from it, the gradient-set and latency summaries,
+and the goals of docs/benchmarks.md with PASS/MISS. Also writes summary.json.
+
+    /usr/bin/python3 bench/peers/summarize.py RESULTS_DIR
+
+Expected files in RESULTS_DIR (missing ones are reported as such, not fatal):
+  stream.json                          kolo_peer_stream
+  {kolo,mpi,gloo}_np<N>_r<K>.json      allreduce sweeps, N ranks, repeat K
+  gradients_<model>_r<K>.json          kolo_bench gradients at 2 ranks
+  latency_np2_r<K>.json                kolo_bench latency at 2 ranks
+
+Only the standard library; not a general JSON tool.
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+GOAL_BYTES = 64 << 20
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def sweeps(d, tool):
+    """{ranks: {bytes: [algbw per repeat]}} for one tool."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(d, "%s_np*_r*.json" % tool))):
+        m = re.search(r"_np(\d+)_r\d+\.json$", path)
+        for row in load(path):
+            out.setdefault(int(m.group(1)), {}).setdefault(row["bytes"], []).append(row["algbw_gbps"])
+    return out
+
+
+def median_or_none(values):
+    return statistics.median(values) if values else None
+
+
+def shm_bound(n, copy, add):
+    """algbw (GB/s) bound of an n-rank in-place allreduce through a shared segment.
+
+    Per rank, for S bytes: publish the (n-1)/n of its buffer the others reduce (copy:
+    2(n-1)/n S bytes), reduce its own 1/n chunk from n sources and write it to the segment
+    and to its buffer (add-like: S read + 2S/n written), copy the other n-1 reduced chunks
+    back (copy: 2(n-1)/n S). All n ranks share the machine's memory bandwidth, so
+    time >= 4(n-1) S / B_copy + (n+2) S / B_add, with B the all-cores STREAM figures."""
+    return 1.0 / (4.0 * (n - 1) / copy + (n + 2) / add)
+
+
+def fmt(x, spec="%.3f"):
+    return spec % x if x is not None else "-"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def main():
+    d = sys.argv[1]
+    summary = {"dir": d}
+    stream = load(os.path.join(d, "stream.json")) if os.path.exists(os.path.join(d, "stream.json")) else None
+    if stream:
+        one, allc = stream["threads"][0], stream["threads"][-1]
+        print("memory bandwidth (STREAM-like, %d MiB arrays, best of %d): 1 thread copy %.2f add %.2f "
+              "triad %.2f GB/s; %d threads copy %.2f add %.2f triad %.2f GB/s" % (
+                  stream["array_mib"], stream["reps"], one["copy_gbps"], one["add_gbps"],
+                  one["triad_gbps"], allc["threads"], allc["copy_gbps"], allc["add_gbps"],
+                  allc["triad_gbps"]))
+        summary["stream"] = stream
+    kolo, mpi, gloo = sweeps(d, "kolo"), sweeps(d, "mpi"), sweeps(d, "gloo")
+    summary["allreduce"] = {}
+    goals = []
+    for n in sorted(set(kolo) | set(mpi) | set(gloo)):
+        sizes = sorted(set(kolo.get(n, {})) | set(mpi.get(n, {})) | set(gloo.get(n, {})))
+        bound = shm_bound(n, allc["copy_gbps"], allc["add_gbps"]) if stream else None
+        reps = max(len(v) for t in (kolo, mpi, gloo) for v in t.get(n, {}).values())
+        print("\n%d ranks: algbw GB/s (median of %d repeat(s)); shared-memory bound %s GB/s" % (
+            n, reps, fmt(bound, "%.2f")))
+        print("%12s %10s %10s %10s %9s %9s %9s" % ("bytes", "kolo", "mpi", "gloo", "kolo/mpi",
+                                                  "kolo/gloo", "kolo/bnd"))
+        rows = []
+        for b in sizes:
+            k = median_or_none(kolo.get(n, {}).get(b, []))
+            m = median_or_none(mpi.get(n, {}).get(b, []))
+            g = median_or_none(gloo.get(n, {}).get(b, []))
+            row = {"bytes": b, "kolo_algbw_gbps": k, "mpi_algbw_gbps": m, "gloo_algbw_gbps": g,
+                   "kolo_over_mpi": ratio(k, m), "kolo_over_gloo": ratio(k, g),
+                   "kolo_over_bound": ratio(k, bound)}
+            rows.append(row)
+            print("%12d %10s %10s %10s %9s %9s %9s" % (
+                b, fmt(k), fmt(m), fmt(g), fmt(row["kolo_over_mpi"], "%.2f"),
+                fmt(row["kolo_over_gloo"], "%.2f"), fmt(row["kolo_over_bound"], "%.2f")))
+            if n == 2 and b == GOAL_BYTES:
+                goals += [("2 ranks 64 MiB kolo/mpi >= 2.5", row["kolo_over_mpi"], 2.5, True),
+                          ("2 ranks 64 MiB kolo/gloo >= 4", row["kolo_over_gloo"], 4.0, True),
+                          ("2 ranks 64 MiB kolo >= 0.7 x shm bound", row["kolo_over_bound"], 0.7, True)]
+        summary["allreduce"][n] = {"shm_bound_gbps": bound, "rows": rows}
+
+    summary["gradients"] = {}
+    for model in ("resnet50", "bert-base"):
+        runs = [load(p) for p in sorted(glob.glob(os.path.join(d, "gradients_%s_r*.json" % model)))]
+        if not runs:
+            continue
+        step = statistics.median(r["step_time_us_median"] for r in runs)
+        single = statistics.median(r["single_time_us_median"] for r in runs)
+        ratios = [r["ratio_step_single"] for r in runs]
+        g = {"tensors": runs[0]["tensors"], "parameters": runs[0]["parameters"],
+             "bytes": runs[0]["bytes"], "ranks": runs[0]["ranks"], "step_time_us_median": step,
+             "single_time_us_median": single, "ratio_step_single_median": statistics.median(ratios),
+             "ratios": ratios, "peak_rss_mib": [x / 1024 for x in runs[-1]["peak_rss_kib"]]}
+        summary["gradients"][model] = g
+        print("\ngradients %s (%d ranks): %d tensors, %d parameters; step %.1f ms, single allreduce "
+              "%.1f ms, step/single %.3f (per repeat: %s); peak RSS %s MiB" % (
+                  model, g["ranks"], g["tensors"], g["parameters"], step / 1e3, single / 1e3,
+                  g["ratio_step_single_median"], ", ".join("%.3f" % r for r in ratios),
+                  "/".join("%.0f" % x for x in g["peak_rss_mib"])))
+        goals.append(("%s step/single <= 1.15" % model, g["ratio_step_single_median"], 1.15, False))
+
+    lat = [load(p) for p in sorted(glob.glob(os.path.join(d, "latency_np2_r*.json")))]
+    if lat:
+        med = statistics.median(r["time_us_median"] for r in lat)
+        summary["latency"] = {"time_us_median": med, "runs": lat}
+        print("\nlatency (2 ranks, 4 bytes): median %.1f us (per repeat: %s; p10/p90 of the last "
+              "%.1f/%.1f us); peak RSS %s MiB" % (
+                  med, ", ".join("%.1f" % r["time_us_median"] for r in lat), lat[-1]["time_us_p10"],
+                  lat[-1]["time_us_p90"], "/".join("%.0f" % (x / 1024) for x in lat[-1]["peak_rss_kib"])))
+        goals.append(("4-byte latency at 2 ranks <= 50 us", med, 50.0, False))
+
+    print("\ngoals:")
+    summary["goals"] = []
+    for name, value, target, at_least in goals:
+        ok = value is not None and (value >= target if at_least else value <= target)
+        summary["goals"].append({"goal": name, "value": value, "met": ok})
+        print("  %-42s %8s  %s" % (name, fmt(value, "%.3f"), "PASS" if ok else "MISS"))
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
