@@ -142,4 +142,16 @@ void barrier(const BarrierOptions& options = {});
 Handle join_async();
 int join();
 
+// --- timeline ---------------------------------------------------------------------------
+
+// Rank 0 starts writing a Chrome-trace JSON timeline to `path` (Perfetto and
+// chrome://tracing open it): per tensor the phases negotiate, wait_for_ranks, pack,
+// communicate and unpack; with mark_cycles, every negotiation cycle too. Same as setting
+// KOLO_TIMELINE=path (and KOLO_TIMELINE_MARK_CYCLES=1) before init(). Replaces a running
+// timeline. Other ranks ignore the call, so every rank may make it. Throws kolo::Error
+// (kInvalidArgument) when rank 0 cannot open the file.
+void start_timeline(const std::string& path, bool mark_cycles = false);
+// Finishes the file (closes its JSON array). No-op when no timeline is running.
+void stop_timeline();
+
 }  // namespace kolo

@@ -168,4 +168,10 @@ int join() {
   return h.last_joined_rank();
 }
 
+void start_timeline(const std::string& path, bool mark_cycles) {
+  current()->start_timeline(path, mark_cycles).throw_if_error();
+}
+
+void stop_timeline() { current()->stop_timeline(); }
+
 }  // namespace kolo

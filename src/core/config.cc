@@ -34,6 +34,10 @@ const std::vector<OptionDoc>& config_options() {
       {"KOLO_FUSION_THRESHOLD", "67108864",
        "bytes: consecutive allreduces of one cycle with the same dtype and reduction are packed "
        "into one buffer up to this size (scaling done while packing); 0 disables fusion"},
+      {"KOLO_TIMELINE", "(off)",
+       "path: rank 0 writes a Chrome-trace JSON timeline (negotiate, wait_for_ranks, pack, "
+       "communicate, unpack per tensor) that Perfetto and chrome://tracing open"},
+      {"KOLO_TIMELINE_MARK_CYCLES", "0", "1: the timeline also marks every negotiation cycle"},
       {"KOLO_SHM", "auto",
        "auto (shared-memory transport when every rank is on one host), 0 (off: plain MPI), "
        "1 (required: error if ranks span hosts)"},
@@ -122,6 +126,11 @@ Status parse_config(const Env& env, Config* out) {
   }
   KOLO_RETURN_IF_ERROR(read_int64(env, "KOLO_FUSION_THRESHOLD", 0, std::int64_t{1} << 40,
                                   &c.fusion_threshold_bytes));
+  if (auto it = env.find("KOLO_TIMELINE"); it != env.end()) c.timeline_path = it->second;
+  if (auto it = env.find("KOLO_TIMELINE_MARK_CYCLES"); it != env.end() && !it->second.empty()) {
+    if (it->second != "0" && it->second != "1") return bad("KOLO_TIMELINE_MARK_CYCLES", it->second, "0 or 1");
+    c.timeline_mark_cycles = it->second == "1";
+  }
   if (auto it = env.find("KOLO_SHM"); it != env.end() && !it->second.empty()) {
     if (it->second != "auto" && it->second != "0" && it->second != "1") {
       return bad("KOLO_SHM", it->second, "auto, 0 or 1");

@@ -33,7 +33,7 @@ void finish_scaling(void* buf, std::size_t count, const Response& r, int size) {
 }
 
 Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* entry,
-                     Deadline deadline) {
+                     Deadline deadline, ExecTimes* times) {
   for (std::size_t i = 0; i < r.shapes.size(); ++i) {
     const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
     Tensor zeros;
@@ -48,7 +48,11 @@ Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* en
       buf = zeros.data();
     }
     if (r.prescale != 1.0) scale(buf, count, r.dtype, r.prescale);
+    // A grouped allreduce runs tensor by tensor: its phases span the first tensor's
+    // communication to the last one's.
+    if (i == 0) times->comm_start = ExecTimes::Clock::now();
     KOLO_RETURN_IF_ERROR(comm.allreduce(buf, count, r.dtype, wire_op(r.reduce_op), deadline));
+    times->comm_end = ExecTimes::Clock::now();
     finish_scaling(buf, count, r, comm.size());
   }
   return Status::OK();
@@ -131,6 +135,10 @@ Status device_memory_error(const Response& r) {
                     "through the libtorch adapter (kolo/torch.h), which stages them on the host");
 }
 
+// The per-op part of execute_response (defined below, next to it).
+Status dispatch(transport::Communicator& comm, const Response& r, Entry* entry, Deadline deadline,
+                ExecTimes* times);
+
 }  // namespace
 
 void* FusionBuffer::get(transport::Communicator& comm, std::size_t bytes) {
@@ -144,7 +152,11 @@ void* FusionBuffer::get(transport::Communicator& comm, std::size_t bytes) {
 }
 
 Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>& items,
-                     FusionBuffer& buffer, Deadline deadline, std::vector<Status>* item_status) {
+                     FusionBuffer& buffer, Deadline deadline, std::vector<Status>* item_status,
+                     ExecTimes* times) {
+  ExecTimes local;
+  if (!times) times = &local;
+  times->pack_start = ExecTimes::Clock::now();
   const Response& first = *items.front().response;
   item_status->assign(items.size(), Status::OK());
   // An entry this rank cannot read (device memory not staged on the host) fails alone;
@@ -180,7 +192,9 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
     }
   }
 
+  times->comm_start = ExecTimes::Clock::now();
   KOLO_RETURN_IF_ERROR(comm.allreduce(base, total, first.dtype, wire_op(first.reduce_op), deadline));
+  times->comm_end = ExecTimes::Clock::now();
 
   offset = 0;
   for (std::size_t k = 0; k < items.size(); ++k) {
@@ -195,11 +209,25 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
       offset += count;
     }
   }
+  times->unpack_end = ExecTimes::Clock::now();
   return Status::OK();
 }
 
 Status execute_response(transport::Communicator& comm, const Response& r, Entry* entry,
-                        Deadline deadline) {
+                        Deadline deadline, ExecTimes* times) {
+  ExecTimes local;
+  if (!times) times = &local;
+  times->pack_start = times->comm_start = times->comm_end = ExecTimes::Clock::now();
+  Status s = dispatch(comm, r, entry, deadline, times);
+  times->unpack_end = ExecTimes::Clock::now();
+  if (r.op != OpType::kAllreduce) times->comm_end = times->unpack_end;
+  return s;
+}
+
+namespace {
+
+Status dispatch(transport::Communicator& comm, const Response& r, Entry* entry, Deadline deadline,
+                ExecTimes* times) {
   if (!host_memory(r, entry) && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
     return device_memory_error(r);
   }
@@ -207,7 +235,7 @@ Status execute_response(transport::Communicator& comm, const Response& r, Entry*
     return Internal(std::string(op_name(r.op)) + " '" + r.name + "' reached a rank that did not submit it");
   }
   switch (r.op) {
-    case OpType::kAllreduce: return run_allreduce(comm, r, entry, deadline);
+    case OpType::kAllreduce: return run_allreduce(comm, r, entry, deadline, times);
     case OpType::kAllgather: return run_allgather(comm, r, *entry, deadline);
     case OpType::kBroadcast:
       return comm.broadcast(entry->outputs[0].data, entry->outputs[0].nbytes(), r.root, deadline);
@@ -220,5 +248,7 @@ Status execute_response(transport::Communicator& comm, const Response& r, Entry*
   }
   return Internal("unknown operation in response");
 }
+
+}  // namespace
 
 }  // namespace kolo::core

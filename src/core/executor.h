@@ -5,6 +5,7 @@
 // for allgather/alltoall/reducescatter. Not for: deciding what runs (controller.h).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -14,10 +15,18 @@
 
 namespace kolo::core {
 
+// When each phase of an execution began and ended, for the timeline (timeline.h):
+// pack = [pack_start, comm_start), communicate = [comm_start, comm_end), unpack =
+// [comm_end, unpack_end).
+struct ExecTimes {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point pack_start, comm_start, comm_end, unpack_end;
+};
+
 // `entry` is null when this rank did not submit the operation because it has joined
-// (allreduce and barrier only): it then takes part with zeros.
+// (allreduce and barrier only): it then takes part with zeros. `times` may be null.
 Status execute_response(transport::Communicator& comm, const Response& response, Entry* entry,
-                        transport::Deadline deadline);
+                        transport::Deadline deadline, ExecTimes* times = nullptr);
 
 // The packing buffer of fused allreduces: the communicator's zero-copy buffer when it
 // has one that large (shm), else a private buffer that grows to the largest fused size
@@ -44,6 +53,6 @@ struct FusedItem {
 // own outcome when the collective succeeded.
 Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>& items,
                      FusionBuffer& buffer, transport::Deadline deadline,
-                     std::vector<Status>* item_status);
+                     std::vector<Status>* item_status, ExecTimes* times = nullptr);
 
 }  // namespace kolo::core

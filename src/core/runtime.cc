@@ -244,9 +244,31 @@ void Runtime::fail_all(const Status& status) {
   for (auto& [name, entry] : pending) entry->handle->complete(status.code(), status.message());
 }
 
+Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (topology_.rank != 0) return Status::OK();
+  }
+  return timeline_.start(path, mark_cycles);
+}
+
+void Runtime::stop_timeline() { timeline_.stop(); }
+
+void Runtime::mark_first_cycle(const std::vector<std::string>& names,
+                               std::chrono::steady_clock::time_point end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& name : names) {
+    auto it = table_.find(name);
+    if (it != table_.end() && it->second->first_cycle_end == std::chrono::steady_clock::time_point{}) {
+      it->second->first_cycle_end = end;
+    }
+  }
+}
+
 Status Runtime::execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
                               const FusionGroup& group, FusionBuffer& buffer,
-                              transport::Deadline deadline) {
+                              transport::Deadline deadline,
+                              std::chrono::steady_clock::time_point responded) {
   std::vector<std::shared_ptr<Entry>> entries;
   std::vector<FusedItem> items;
   for (std::size_t index : group) {
@@ -264,22 +286,46 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
   if (items.empty()) return Status::OK();
   Status s;
   std::vector<Status> item_status(items.size());
+  ExecTimes times;
   if (items.size() == 1) {
-    s = execute_response(comm, *items[0].response, items[0].entry, deadline);
+    s = execute_response(comm, *items[0].response, items[0].entry, deadline, &times);
   } else {
-    s = execute_fused(comm, items, buffer, deadline, &item_status);
+    s = execute_fused(comm, items, buffer, deadline, &item_status, &times);
     std::lock_guard<std::mutex> lock(mu_);
     fused_responses_ += items.size();
   }
+  const bool timeline = timeline_.active();
   for (std::size_t k = 0; k < items.size(); ++k) {
+    Entry* entry = items[k].entry;
+    if (!entry) continue;
+    if (timeline) {
+      const Response& r = *items[k].response;
+      Timeline::Phases p;
+      p.enqueued = entry->handle->times.enqueued;
+      p.first_cycle_end = entry->first_cycle_end == Timeline::Clock::time_point{} ? responded
+                                                                                 : entry->first_cycle_end;
+      p.response = responded;
+      p.pack_start = times.pack_start;
+      p.comm_start = times.comm_start;
+      p.comm_end = times.comm_end;
+      p.unpack_end = times.unpack_end;
+      timeline_.record(r.name, op_name(r.op), allreduce_bytes(r), p);
+    }
     const Status& mine = s.ok() ? item_status[k] : s;
-    if (items[k].entry) items[k].entry->handle->complete(mine.code(), mine.message());
+    entry->handle->complete(mine.code(), mine.message());
   }
   return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
 }
 
 void Runtime::loop() {
   Status status = factory_(&comm_);
+  // The timeline starts before start() returns, so it sees the first request.
+  if (status.ok() && !config_.timeline_path.empty() && comm_->rank() == 0) {
+    Status t = timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
+    if (!t.ok()) {
+      KOLO_LOG(kError, "timeline") << t.message();
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status.ok()) topology_ = comm_->topology();
@@ -310,16 +356,23 @@ void Runtime::loop() {
   auto idle_wait = cycle_time;
   Status fatal;
   bool shutdown = false;
+  std::vector<std::string> taken;  // timeline: names that entered negotiation this cycle
   while (!shutdown && fatal.ok()) {
     std::map<int, std::vector<Request>> requests;
     bool want_stop;
+    const bool timeline = timeline_.active();
+    taken.clear();
+    const auto cycle_start = std::chrono::steady_clock::now();
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait_for(lock, idle_wait, [this] {
         return (!new_requests_.empty() && !hold_requests_) || stop_requested_;
       });
       if (!hold_requests_) {
-        for (auto& r : new_requests_) requests[r.process_set].push_back(std::move(r));
+        for (auto& r : new_requests_) {
+          if (timeline) taken.push_back(r.name);
+          requests[r.process_set].push_back(std::move(r));
+        }
         new_requests_.clear();
       }
       want_stop = stop_requested_;
@@ -328,13 +381,18 @@ void Runtime::loop() {
     bool idle = true;
     for (auto& [id, controller] : sets) {
       Controller::Cycle cycle = controller.run(std::move(requests[id]), want_stop);
+      const auto responded = std::chrono::steady_clock::now();
+      if (timeline) {
+        mark_first_cycle(taken, responded);
+        if (!cycle.responses.empty()) timeline_.mark_cycle(cycle_start, cycle.responses.size());
+      }
       idle = idle && cycle.idle && cycle.responses.empty();
       fatal = cycle.fatal;
       shutdown = shutdown || cycle.shutdown;
       for (const FusionGroup& group : plan_fusion(cycle.responses, config_.fusion_threshold_bytes)) {
         if (!fatal.ok()) break;
         fatal = execute_group(controller.communicator(), cycle.responses, group, fusion_buffer,
-                              transport::Clock::now() + peer_timeout);
+                              transport::Clock::now() + peer_timeout, responded);
       }
       fast += controller.fast_cycles();
       slow += controller.slow_cycles();
@@ -356,6 +414,7 @@ void Runtime::loop() {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
   }
+  timeline_.stop();
   comm_.reset();  // on this thread: MPI_Finalize must run where MPI_Init ran
 }
 

@@ -7,6 +7,7 @@
 // the inproc transport.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -18,6 +19,7 @@
 
 #include "core/config.h"
 #include "core/message.h"
+#include "core/timeline.h"
 #include "kolo/kolo.h"
 #include "transport/communicator.h"
 
@@ -32,6 +34,8 @@ struct Entry {
   std::vector<TensorView> inputs;
   std::vector<TensorView> outputs;
   std::shared_ptr<detail::HandleState> handle;
+  // Timeline only (background thread): end of the first cycle that carried the request.
+  std::chrono::steady_clock::time_point first_cycle_end{};
 };
 
 class Runtime {
@@ -70,6 +74,11 @@ class Runtime {
   // Responses executed as members of a fused allreduce (for tests and logs).
   std::uint64_t fused_responses() const;
 
+  // Rank 0 writes a Chrome-trace timeline to `path` (see timeline.h); other ranks ignore
+  // these calls. start_timeline fails (kInvalidArgument) when the file cannot be opened.
+  Status start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
+
   // For tests: while held, the background thread keeps cycling but takes no new
   // requests, so everything submitted meanwhile enters negotiation in one cycle.
   void hold_requests(bool hold);
@@ -82,7 +91,9 @@ class Runtime {
   // (which stops the runtime); every other error only fails the group's handles.
   Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
                        const std::vector<std::size_t>& group, FusionBuffer& buffer,
-                       transport::Deadline deadline);
+                       transport::Deadline deadline, std::chrono::steady_clock::time_point responded);
+  // Timeline: stamps the end of their first cycle on the entries named.
+  void mark_first_cycle(const std::vector<std::string>& names, std::chrono::steady_clock::time_point end);
   void fail_all(const Status& status);
   std::shared_ptr<Entry> take(const std::string& name);
 
@@ -91,6 +102,7 @@ class Runtime {
   transport::Topology topology_;  // written by the background thread before start() returns
   std::unique_ptr<transport::Communicator> comm_;  // background thread only
   std::thread thread_;
+  Timeline timeline_;  // thread-safe; records come from the background thread
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // new requests or shutdown
