@@ -1,9 +1,9 @@
 // Elementwise reduction and scaling kernels for every kolo dtype.
 //
 // Used by transports that reduce in their own code (inproc, MPI's user-defined op for
-// float16/bfloat16/bool) and by the runtime for prescale/postscale/average. float16 and
-// bfloat16 are converted to float32 for each operation. Not for: choosing algorithms or
-// moving data; these are the inner loops only.
+// float16/bfloat16/bool, shm's n-way reduce_many) and by the runtime for
+// prescale/postscale/average. float16 and bfloat16 are converted to float32 for each
+// operation. Not for: choosing algorithms or moving data; these are the inner loops only.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,16 @@ namespace kolo {
 // dst[i] = op(dst[i], src[i]) for i < count. `op` must not be kAverage (averaging is a
 // sum followed by scale()). For bool: sum/max = or, product/min = and.
 void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op);
+
+// dst[i] = op over srcs[0][i], srcs[1][i], ..., srcs[nsrc-1][i], folded in that order
+// (((s0 op s1) op s2) ...), for i < count. `dst` may be one of `srcs` (the same pointer);
+// no other overlap is allowed. nsrc >= 1; `op` must not be kAverage. Same results as
+// repeated reduce_into in source order, except that float16/bfloat16 accumulate every
+// source in float32 and round once at the end (more accurate for nsrc > 2; identical for
+// nsrc <= 2). Written as plain loops over cache-sized blocks that GCC vectorises
+// (reduce_many.cc); shm's allreduce spends its time here.
+void reduce_many(void* dst, const void* const* srcs, int nsrc, std::size_t count, DataType dtype,
+                 ReduceOp op);
 
 // buf[i] = buf[i] * factor / divisor. Integers are computed in long double and truncated
 // toward zero (so an average of integers divides exactly); bool is left unchanged

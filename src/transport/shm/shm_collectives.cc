@@ -1,0 +1,141 @@
+// The collectives the shm transport runs in its segment: allreduce, broadcast, barrier,
+// control_and.
+//
+// allreduce: every rank's data sits at the start of its region (copied in, or already
+// there when the caller packed into fusion_buffer()). After a barrier, rank r reduces its
+// slice (about count/n elements, cut on 64-byte boundaries) across all n regions, block
+// by block, and writes each reduced block into every rank's region while it is still in
+// cache (a reduce-scatter and an allgather in one pass). A second barrier and every region
+// holds the result. Buffers larger than a region go through in region-sized chunks, two
+// barriers each; the zero-copy and the copy path follow the same steps, so ranks may mix
+// them. The reduction folds sources in rank order, so every rank gets the same bits as a
+// sequential reduction 0, 1, ..., n-1.
+//
+// Not for: bootstrap, delegation to the base communicator (shm_communicator.cc), or the
+// barrier itself (shm_sync.cc).
+#include <algorithm>
+#include <cstring>
+
+#include "common/reduce.h"
+#include "transport/shm/shm_internal.h"
+
+namespace kolo::transport::shm {
+namespace {
+
+// Bytes reduced per step before they are copied to the other regions: small enough that
+// the reduced block is still in L1/L2 when it is copied out.
+constexpr std::size_t kBlockBytes = 32 << 10;
+
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto* pa = static_cast<const char*>(a);
+  const auto* pb = static_cast<const char*>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace
+
+Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op,
+                                       Deadline deadline) {
+  const int n = size(), me = rank();
+  const std::size_t es = dtype_size(dtype);
+  KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
+  const std::size_t align = 64 / es;
+  std::size_t per = (count + n - 1) / n;
+  per = (per + align - 1) / align * align;
+  const std::size_t lo = std::min(count, per * me), hi = std::min(count, lo + per);
+  const std::size_t block = kBlockBytes / es;
+  for (std::size_t b = lo; b < hi; b += block) {
+    const std::size_t m = std::min(block, hi - b);
+    for (int r = 0; r < n; ++r) srcs_[r] = seg_.region(r) + b * es;
+    char* mine = seg_.region(me) + b * es;
+    reduce_many(mine, srcs_.data(), n, m, dtype, op);
+    for (int r = 0; r < n; ++r) {
+      if (r != me) std::memcpy(seg_.region(r) + b * es, mine, m * es);
+    }
+  }
+  return barrier_.sync("allreduce", deadline);
+}
+
+Status ShmCommunicator::allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                                  Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check("allreduce"));
+  if (count == 0 || size() == 1) return Status::OK();
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t bytes = count * es;
+  char* mine = seg_.region(rank());
+  const std::size_t region = seg_.region_bytes();
+  if (buffer == mine && bytes <= region) return reduce_regions(count, dtype, op, deadline);
+  if (overlaps(buffer, bytes, mine, region)) {
+    return InvalidArgument(
+        "shm allreduce: the buffer overlaps this rank's shm region without "
+        "being the fusion_buffer() itself (or is larger than it)");
+  }
+  auto* data = static_cast<char*>(buffer);
+  const std::size_t chunk = region / es;
+  for (std::size_t off = 0; off < count; off += chunk) {
+    const std::size_t m = std::min(chunk, count - off);
+    std::memcpy(mine, data + off * es, m * es);
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, deadline));
+    std::memcpy(data + off * es, mine, m * es);
+  }
+  return Status::OK();
+}
+
+// Root copies a chunk into its region; barrier; the others copy it out; barrier (so the
+// root does not overwrite a chunk someone still reads).
+Status ShmCommunicator::broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check("broadcast"));
+  if (root < 0 || root >= size()) {
+    return InvalidArgument("shm broadcast: root " + std::to_string(root) + " is not a rank of " +
+                           std::to_string(size()));
+  }
+  if (bytes == 0 || size() == 1) return Status::OK();
+  char* src = seg_.region(root);
+  const std::size_t region = seg_.region_bytes();
+  if (overlaps(buffer, bytes, seg_.region(rank()), region)) {
+    return InvalidArgument("shm broadcast: the buffer overlaps this rank's shm region");
+  }
+  auto* data = static_cast<char*>(buffer);
+  for (std::size_t off = 0; off < bytes; off += region) {
+    const std::size_t m = std::min(region, bytes - off);
+    if (rank() == root) std::memcpy(src, data + off, m);
+    KOLO_RETURN_IF_ERROR(barrier_.sync("broadcast", deadline));
+    if (rank() != root) std::memcpy(data + off, src, m);
+    KOLO_RETURN_IF_ERROR(barrier_.sync("broadcast", deadline));
+  }
+  return Status::OK();
+}
+
+Status ShmCommunicator::barrier(Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check("barrier"));
+  if (size() == 1) return Status::OK();
+  return barrier_.sync("barrier", deadline);
+}
+
+void* ShmCommunicator::fusion_buffer(std::size_t bytes) {
+  return bytes <= seg_.region_bytes() ? seg_.region(rank()) : nullptr;
+}
+
+// Each rank writes its words into its control area, one barrier, each ANDs everyone's.
+// Consecutive calls alternate between two areas: a rank writes an area again only after
+// the barrier of the call in between, which every rank reaches only after it finished
+// reading that area.
+Status ShmCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check("control_and"));
+  if (words.size() * sizeof(std::uint64_t) > kControlBytes) {
+    return delegated(base_->control_and(words, deadline));
+  }
+  if (size() == 1 || words.empty()) return Status::OK();
+  const int p = parity_;
+  parity_ ^= 1;
+  std::memcpy(seg_.control(p, rank()), words.data(), words.size() * sizeof(std::uint64_t));
+  KOLO_RETURN_IF_ERROR(barrier_.sync("control_and", deadline));
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    const std::uint64_t* theirs = seg_.control(p, r);
+    for (std::size_t i = 0; i < words.size(); ++i) words[i] &= theirs[i];
+  }
+  return Status::OK();
+}
+
+}  // namespace kolo::transport::shm

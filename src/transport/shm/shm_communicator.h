@@ -1,0 +1,52 @@
+// The shared-memory transport: ranks on one host exchange CPU buffers through one POSIX
+// shared-memory segment instead of through MPI (docs/shm.md has the design and numbers).
+//
+// A ShmCommunicator wraps a base communicator (MPI) that it uses to bootstrap (passing the
+// segment's name) and for every operation it does not implement itself (allgatherv,
+// alltoallv, reducescatter, control_gather, control_broadcast). It implements allreduce,
+// broadcast, barrier and control_and in the segment, and fusion_buffer(): this rank's
+// region of the segment, which allreduce reduces in place with no copy at all.
+//
+// Not for: ranks on several hosts (the hierarchical transport's job), CUDA memory, or use
+// from several threads (one thread owns a communicator, as the runtime's background
+// thread does).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "transport/communicator.h"
+
+namespace kolo::transport {
+
+struct ShmOptions {
+  // KOLO_SHM: "auto" (wrap when every rank is on this host and there is more than one),
+  // "0" (never), "1" (always; an error when the ranks span hosts).
+  std::string mode = "auto";
+  // Bytes of each rank's data region: the largest allreduce/broadcast moved in one piece
+  // and the largest fusion_buffer(). From KOLO_FUSION_THRESHOLD (default 64 MiB); values
+  // of 0 or below 1 MiB give 4 MiB; rounded up to 4 KiB. Cut down (with a warning) when
+  // /dev/shm is too small.
+  std::size_t region_bytes = std::size_t{64} << 20;
+  // Bound on the bootstrap's exchanges through the base communicator.
+  double bootstrap_timeout_seconds = 60.0;
+};
+
+// The options from KOLO_SHM and KOLO_FUSION_THRESHOLD (read once, here).
+ShmOptions shm_options_from_env();
+// The region size for a KOLO_FUSION_THRESHOLD value (see ShmOptions::region_bytes).
+std::size_t shm_region_bytes(long long fusion_threshold);
+
+// Replaces `comm` by a ShmCommunicator over it. Collective: every rank of `comm` calls it
+// with the same options. On failure `comm` is left unchanged and usable, and every rank
+// gets a non-OK status (the same decision everywhere).
+Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options);
+
+// The transport table's policy: applies `options.mode` to `comm` (see ShmOptions::mode).
+// In auto mode a segment that cannot be created logs a warning and leaves `comm` as it
+// is; with mode "1" that is an error.
+Status maybe_wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options);
+
+}  // namespace kolo::transport

@@ -1,0 +1,66 @@
+// Internals shared by the shm transport's source files: the ShmCommunicator class.
+//
+// Not for use outside src/transport/shm/ (and its tests); everything else reaches this
+// transport through shm_communicator.h and the Communicator interface.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/communicator.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_sync.h"
+
+namespace kolo::transport::shm {
+
+// Owned and used by one thread. Usable until the first peer failure (its own or the
+// base communicator's); after that every call fails at once.
+class ShmCommunicator final : public Communicator {
+ public:
+  ShmCommunicator(std::unique_ptr<Communicator> base, Segment segment);
+  // After a peer failure seen here (and not by the base), the base is deliberately not
+  // destroyed: MPI's teardown (MPI_Finalize) synchronises with the dead rank and could hang.
+  ~ShmCommunicator() override;
+
+  const Topology& topology() const override { return base_->topology(); }
+  const char* name() const override { return "shm"; }
+  Communicator* base() const { return base_.get(); }
+  std::size_t region_bytes() const { return seg_.region_bytes(); }
+
+  Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                   Deadline deadline) override;
+  Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
+                    Deadline deadline) override;
+  Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override;
+  Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                   const std::vector<std::size_t>& recv_bytes, Deadline deadline) override;
+  Status reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                       DataType dtype, ReduceOp op, Deadline deadline) override;
+  Status barrier(Deadline deadline) override;
+  void* fusion_buffer(std::size_t bytes) override;
+
+  Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
+  Status control_gather(const std::string& mine, std::vector<std::string>* all,
+                        Deadline deadline) override;
+  Status control_broadcast(std::string* message, Deadline deadline) override;
+
+ private:
+  // Reduces `count` elements that every rank has at the start of its region; afterwards
+  // every region holds the result. Two barriers.
+  Status reduce_regions(std::size_t count, DataType dtype, ReduceOp op, Deadline deadline);
+  // A delegated call's status; a peer failure there breaks this communicator too.
+  Status delegated(Status s);
+  Status check(const char* op) const;
+
+  std::unique_ptr<Communicator> base_;
+  Segment seg_;
+  Barrier barrier_;
+  int parity_ = 0;                 // control area of the next control_and
+  std::string base_failure_;       // set when the base communicator failed
+  std::vector<const void*> srcs_;  // scratch: one pointer per rank
+};
+
+}  // namespace kolo::transport::shm

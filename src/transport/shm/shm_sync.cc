@@ -1,0 +1,170 @@
+// The shm transport's epoch barrier (see shm_sync.h for the protocol).
+//
+// Not for: anything that moves data.
+#include "transport/shm/shm_sync.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+namespace kolo::transport::shm {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+// Spinning first keeps a lockstep barrier in the microseconds; past that, sleeping costs
+// a ~5-20 us wake-up but frees the core (ranks often outnumber cores).
+constexpr microseconds kSpin(30);
+// Longest single sleep, and the period of the liveness checks: a dead rank is noticed
+// within about this long.
+constexpr milliseconds kNap(20);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void futex_wait(std::uint32_t* word, std::uint32_t expected, Clock::duration timeout) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(ns / 1000000000);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000);
+  // Not FUTEX_PRIVATE: the word is shared between processes. EAGAIN (the word changed),
+  // ETIMEDOUT and EINTR all just mean "look again".
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+std::string seconds_string(Clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+}  // namespace
+
+Barrier::Barrier(const Segment* segment, int rank, int size)
+    : seg_(segment), rank_(rank), size_(size) {}
+
+std::string Barrier::rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kShown = 16;
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kShown) out += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return out;
+}
+
+std::string Barrier::where(const char* op) const {
+  return std::string("shm ") + op + " on rank " + std::to_string(rank_) + " of " +
+         std::to_string(size_) + ": ";
+}
+
+Status Barrier::check(const char* op) const {
+  if (broken_.empty()) return Status::OK();
+  return PeerFailure(where(op) + "the transport failed earlier: " + broken_);
+}
+
+bool Barrier::all_arrived(std::uint64_t epoch) const {
+  for (int r = 0; r < size_; ++r) {
+    if (at(seg_->slot(r).epoch).load(std::memory_order_seq_cst) < epoch) return false;
+  }
+  return true;
+}
+
+Status Barrier::fail(const char* op, std::string message) {
+  (void)op;
+  broken_ = message;
+  Abort& a = seg_->abort();
+  std::uint32_t expected = 0;
+  if (at(a.state).compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    a.reporter = rank_;
+    const std::size_t n = std::min(message.size(), kAbortText - 1);
+    std::memcpy(a.text, message.data(), n);
+    a.text[n] = '\0';
+    at(a.state).store(2, std::memory_order_release);
+    at(seg_->wake().word).fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&seg_->wake().word);
+  }
+  return PeerFailure(std::move(message));
+}
+
+bool Barrier::aborted(const char* op, Status* out) {
+  Abort& a = seg_->abort();
+  if (at(a.state).load(std::memory_order_acquire) != 2) return false;
+  broken_ = where(op) + "rank " + std::to_string(a.reporter) + " reported: " + a.text;
+  *out = PeerFailure(broken_);
+  return true;
+}
+
+Status Barrier::sync(const char* op, Deadline deadline) {
+  if (!broken_.empty()) return check(op);
+  const std::uint64_t e = ++epoch_;
+  Wake& w = seg_->wake();
+  at(seg_->slot(rank_).epoch).store(e, std::memory_order_seq_cst);
+  at(w.word).fetch_add(1, std::memory_order_seq_cst);
+  if (at(w.sleepers).load(std::memory_order_seq_cst) != 0) futex_wake_all(&w.word);
+
+  const auto start = Clock::now();
+  for (;;) {
+    if (all_arrived(e)) return Status::OK();
+    if (Clock::now() - start >= kSpin) break;
+    for (int i = 0; i < 8; ++i) cpu_relax();
+  }
+
+  auto next_check = Clock::now();
+  for (;;) {
+    const std::uint32_t seen = at(w.word).load(std::memory_order_seq_cst);
+    at(w.sleepers).fetch_add(1, std::memory_order_seq_cst);
+    struct Leave {  // the sleeper count drops on every way out of this iteration
+      std::uint32_t* sleepers;
+      ~Leave() { at(*sleepers).fetch_sub(1, std::memory_order_seq_cst); }
+    } leave{&w.sleepers};
+    if (all_arrived(e)) return Status::OK();
+    Status aborted_status;
+    if (aborted(op, &aborted_status)) return aborted_status;
+    const auto now = Clock::now();
+    if (now >= next_check || now >= deadline) {
+      next_check = now + kNap;
+      missing_.clear();
+      std::vector<int> dead;
+      std::string pids;
+      for (int r = 0; r < size_; ++r) {
+        if (at(seg_->slot(r).epoch).load(std::memory_order_seq_cst) >= e) continue;
+        missing_.push_back(r);
+        if (!seg_->alive(r)) {
+          dead.push_back(r);
+          if (!pids.empty()) pids += ", ";
+          pids += std::to_string(at(seg_->slot(r).pid).load(std::memory_order_relaxed));
+        }
+      }
+      if (missing_.empty()) return Status::OK();
+      if (!dead.empty()) {
+        return fail(op, where(op) + rank_list(dead) + " did not take part: " +
+                            (dead.size() == 1 ? "its process (pid " : "their processes (pids ") +
+                            pids + ") exited");
+      }
+      if (now >= deadline) {
+        return fail(op, where(op) + rank_list(missing_) + " did not take part within " +
+                            seconds_string(now - start) +
+                            " (hung, or not calling this collective?)");
+      }
+    }
+    futex_wait(&w.word, seen, std::min<Clock::duration>(kNap, deadline - now));
+  }
+}
+
+}  // namespace kolo::transport::shm

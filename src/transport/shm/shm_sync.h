@@ -1,0 +1,61 @@
+// The shm transport's barrier: per-rank epoch counters in the segment, a futex to sleep
+// on, deadlines, dead-rank detection and failure broadcast.
+//
+// arrive(): rank r stores epoch e in its slot (release), bumps the wake word and calls
+// FUTEX_WAKE only when the sleeper count says someone may be asleep. wait(): spin ~30 us
+// (pause) until every slot >= e, then sleep in FUTEX_WAIT with a 20 ms timeout in a loop.
+// The sleeper count is raised before the last check of the slots and the arriving rank
+// reads it after storing its epoch (both sequentially consistent), so a wake-up cannot be
+// lost; a stale wake word makes FUTEX_WAIT return at once.
+//
+// Failure: while waiting, the liveness locks of the missing ranks are checked every
+// 20 ms (a free lock = the process exited: fail at once), and the deadline bounds the
+// wait. The first rank that fails writes its message into the segment's Abort area and
+// wakes everyone, so the other ranks fail at once too, quoting it. After a failure the
+// barrier stays broken.
+//
+// Not for: data movement (shm_communicator.cc). One thread per rank uses a Barrier.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/communicator.h"
+#include "transport/shm/shm_segment.h"
+
+namespace kolo::transport::shm {
+
+class Barrier {
+ public:
+  Barrier(const Segment* segment, int rank, int size);
+
+  // Arrives at the next epoch and waits for every rank. `op` names the collective in the
+  // error ("allreduce"). kPeerFailure names the ranks that did not arrive.
+  Status sync(const char* op, Deadline deadline);
+
+  // kPeerFailure with the first failure's message once broken, else OK.
+  Status check(const char* op) const;
+  bool broken() const { return !broken_.empty(); }
+  std::uint64_t epoch() const { return epoch_; }
+
+  // "rank 3" / "ranks 1, 4" (cut short after 16).
+  static std::string rank_list(const std::vector<int>& ranks);
+
+ private:
+  bool all_arrived(std::uint64_t epoch) const;
+  Status fail(const char* op, std::string message);
+  // A failure another rank published in the segment, if any.
+  bool aborted(const char* op, Status* out);
+  std::string where(const char* op) const;
+
+  const Segment* seg_;
+  const int rank_;
+  const int size_;
+  std::uint64_t epoch_ = 0;
+  std::string broken_;
+  std::vector<int> missing_;  // scratch
+};
+
+}  // namespace kolo::transport::shm

@@ -1,0 +1,331 @@
+// The shm transport with ranks as threads of one process: each thread wraps its inproc
+// communicator (the bootstrap's base) and maps the segment itself, exactly as processes do.
+//
+// Checks every dtype and op of allreduce (copy path with chunking, zero-copy path, mixed)
+// against a sequential reduce_into reference, broadcast, control_and, the deadline and
+// dead-rank failures, the selection policy, and that no /dev/shm/kolo-* file remains.
+// Real processes, kill -9 and mpirun are covered by kolo_shm_check (shm_check.cc).
+#include <dirent.h>
+
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/reduce.h"
+#include "transport/inproc/inproc.h"
+#include "transport/shm/shm_communicator.h"
+#include "transport/shm/shm_internal.h"
+
+namespace kolo::transport {
+namespace {
+
+using std::chrono::duration;
+
+Deadline in(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(duration<double>(seconds));
+}
+
+std::set<std::string> kolo_segments() {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind("kolo-", 0) == 0) out.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+ShmOptions small_regions() {
+  ShmOptions o;
+  o.region_bytes = std::size_t{1} << 20;
+  return o;
+}
+
+// Runs fn on `n` ranks as threads, each with its communicator wrapped in shm.
+void on_shm_ranks(int n, const ShmOptions& options,
+                  const std::function<void(int, std::unique_ptr<Communicator>&)>& fn) {
+  InprocWorld world(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm = world.communicator(r);
+      const Status s = wrap_in_shm(comm, options);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ASSERT_STREQ(comm->name(), "shm");
+      fn(r, comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+
+// Rank r's input: small integers, so every reduction is exact in every dtype.
+std::vector<std::uint8_t> input(int rank, DataType dtype, std::size_t count) {
+  const std::size_t es = dtype_size(dtype);
+  std::vector<std::uint8_t> b(count * es);
+  for (std::size_t i = 0; i < count; ++i) {
+    const int v = static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 3) % 5) - 2;
+    void* p = b.data() + i * es;
+    switch (dtype) {
+      case DataType::kFloat32:
+        *static_cast<float*>(p) = static_cast<float>(v);
+        break;
+      case DataType::kFloat64:
+        *static_cast<double*>(p) = v;
+        break;
+      case DataType::kFloat16:
+        *static_cast<std::uint16_t*>(p) = float_to_half(static_cast<float>(v));
+        break;
+      case DataType::kBFloat16:
+        *static_cast<std::uint16_t*>(p) = float_to_bfloat16(static_cast<float>(v));
+        break;
+      case DataType::kInt8:
+        *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v);
+        break;
+      case DataType::kUInt8:
+        *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v + 2);
+        break;
+      case DataType::kInt32:
+        *static_cast<std::int32_t*>(p) = v;
+        break;
+      case DataType::kInt64:
+        *static_cast<std::int64_t*>(p) = v;
+        break;
+      case DataType::kBool:
+        *static_cast<std::uint8_t*>(p) = v > 0;
+        break;
+    }
+  }
+  return b;
+}
+
+std::vector<std::uint8_t> reference(int n, DataType dtype, ReduceOp op, std::size_t count) {
+  std::vector<std::uint8_t> want = input(0, dtype, count);
+  for (int r = 1; r < n; ++r)
+    reduce_into(want.data(), input(r, dtype, count).data(), count, dtype, op);
+  return want;
+}
+
+enum class Path { kCopy, kZeroCopy, kMixed };
+
+void check_allreduce(int n, Path path) {
+  const std::set<std::string> before = kolo_segments();
+  // 1 MiB regions: 300000 elements of 4+ bytes take several chunks.
+  const std::size_t counts[] = {0, 1, 7, 1000, 300000};
+  on_shm_ranks(n, small_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
+    for (DataType dtype : kDtypes) {
+      for (ReduceOp op : kOps) {
+        for (std::size_t count : counts) {
+          const std::size_t bytes = count * dtype_size(dtype);
+          const bool zero_copy = path == Path::kZeroCopy || (path == Path::kMixed && rank % 2 == 0);
+          void* region = comm->fusion_buffer(bytes);
+          if (path != Path::kCopy && region == nullptr) continue;  // every rank skips it
+          std::vector<std::uint8_t> data = input(rank, dtype, count);
+          void* buf = zero_copy ? region : data.data();
+          if (zero_copy && bytes > 0) std::memcpy(region, data.data(), bytes);
+          const Status s = comm->allreduce(buf, count, dtype, op, in(30));
+          ASSERT_TRUE(s.ok()) << s.to_string();
+          if (zero_copy && bytes > 0) std::memcpy(data.data(), region, bytes);
+          ASSERT_EQ(data, reference(n, dtype, op, count))
+              << "rank " << rank << " " << dtype_name(dtype) << " " << reduce_op_name(op)
+              << " count " << count;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(kolo_segments(), before) << "a /dev/shm/kolo-* segment was left behind";
+}
+
+TEST(ShmAllreduceTest, CopyPathMatchesSequentialReferenceOnThreeRanks) {
+  check_allreduce(3, Path::kCopy);
+}
+TEST(ShmAllreduceTest, ZeroCopyPathMatchesSequentialReferenceOnFourRanks) {
+  check_allreduce(4, Path::kZeroCopy);
+}
+TEST(ShmAllreduceTest, RanksMayMixZeroCopyAndCopyPaths) { check_allreduce(3, Path::kMixed); }
+TEST(ShmAllreduceTest, TwoRanks) { check_allreduce(2, Path::kCopy); }
+
+TEST(ShmTest, FusionBufferIsTheRegionUpToItsSize) {
+  on_shm_ranks(2, small_regions(), [](int, std::unique_ptr<Communicator>& comm) {
+    void* region = comm->fusion_buffer(1);
+    ASSERT_NE(region, nullptr);
+    EXPECT_EQ(comm->fusion_buffer(std::size_t{1} << 20), region);
+    EXPECT_EQ(comm->fusion_buffer((std::size_t{1} << 20) + 1), nullptr);
+    // A buffer inside the region that is not its start is refused, not corrupted.
+    float x = 1;
+    EXPECT_TRUE(comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, in(10)).ok());
+    EXPECT_EQ(x, 2.0f);
+    EXPECT_EQ(comm->allreduce(static_cast<char*>(region) + 64, 4, DataType::kFloat32,
+                              ReduceOp::kSum, in(10))
+                  .code(),
+              ErrorCode::kInvalidArgument);
+  });
+}
+
+TEST(ShmTest, BroadcastFromEveryRootWithChunks) {
+  on_shm_ranks(3, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{10}, (std::size_t{3} << 20) + 5}) {
+      for (int root = 0; root < 3; ++root) {
+        std::vector<std::uint8_t> buf(bytes);
+        for (std::size_t i = 0; i < bytes; ++i) {
+          buf[i] = static_cast<std::uint8_t>(rank == root ? i * 13 + root : 0xee);
+        }
+        ASSERT_TRUE(comm->broadcast(buf.data(), bytes, root, in(30)).ok());
+        for (std::size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(buf[i], static_cast<std::uint8_t>(i * 13 + root)) << "byte " << i;
+        }
+      }
+    }
+    std::uint8_t b = 0;
+    EXPECT_EQ(comm->broadcast(&b, 1, 3, in(1)).code(), ErrorCode::kInvalidArgument);
+  });
+}
+
+TEST(ShmTest, ControlAndOfSmallAndDelegatedSizesOverManyCalls) {
+  on_shm_ranks(4, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    for (int call = 0; call < 200; ++call) {
+      // 600 words exceed the control area and go through the base communicator.
+      const std::size_t n = call % 3 == 0 ? 1 : call % 3 == 1 ? 17 : 600;
+      std::vector<std::uint64_t> words(n);
+      for (std::size_t i = 0; i < n; ++i)
+        words[i] = ~(std::uint64_t{1} << ((i + call + rank) % 64));
+      ASSERT_TRUE(comm->control_and(words, in(30)).ok());
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint64_t want = ~std::uint64_t{0};
+        for (int r = 0; r < 4; ++r) want &= ~(std::uint64_t{1} << ((i + call + r) % 64));
+        ASSERT_EQ(words[i], want) << "call " << call << " word " << i;
+      }
+      if (call % 10 == 0) {
+        ASSERT_TRUE(comm->barrier(in(30)).ok());
+      }
+    }
+  });
+}
+
+TEST(ShmTest, DelegatedOperationsGoThroughTheBase) {
+  on_shm_ranks(2, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    const std::uint8_t mine[2] = {static_cast<std::uint8_t>(rank),
+                                  static_cast<std::uint8_t>(rank + 10)};
+    std::uint8_t all[4] = {};
+    ASSERT_TRUE(comm->allgatherv(mine, all, {2, 2}, in(10)).ok());
+    EXPECT_EQ(all[3], 11);
+    std::string msg = rank == 0 ? "hello" : "";
+    ASSERT_TRUE(comm->control_broadcast(&msg, in(10)).ok());
+    EXPECT_EQ(msg, "hello");
+  });
+}
+
+TEST(ShmFailureTest, MissingRankIsNamedAtTheDeadlineAndTheCommunicatorStaysBroken) {
+  on_shm_ranks(3, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    ASSERT_TRUE(comm->barrier(in(10)).ok());
+    if (rank == 2) {  // alive but never calls again; leaves once the others gave up
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;
+    }
+    const auto start = Clock::now();
+    float x = 1;
+    const Status s = comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, in(0.5));
+    const double took = duration<double>(Clock::now() - start).count();
+    EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
+    // The first rank to give up names rank 2; the other may quote its report instead.
+    EXPECT_NE(s.message().find("rank 2 did not take part within"), std::string::npos)
+        << s.message();
+    EXPECT_LT(took, 1.0);
+    const auto again = Clock::now();
+    std::vector<std::uint64_t> w = {1};
+    EXPECT_EQ(comm->control_and(w, in(5)).code(), ErrorCode::kPeerFailure);
+    EXPECT_EQ(comm->allgatherv(&x, &x, {4, 4, 4}, in(5)).code(), ErrorCode::kPeerFailure);
+    EXPECT_LT(duration<double>(Clock::now() - again).count(), 0.1)
+        << "later calls must fail at once";
+  });
+}
+
+TEST(ShmFailureTest, ARankThatGoesAwayIsNamedWithinMilliseconds) {
+  on_shm_ranks(3, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    ASSERT_TRUE(comm->barrier(in(10)).ok());
+    if (rank == 1) {
+      comm.reset();  // closes the segment: its liveness lock is released, as when killed
+      return;
+    }
+    const auto start = Clock::now();
+    std::vector<std::uint64_t> w = {1};
+    const Status s = comm->control_and(w, in(20));
+    EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
+    EXPECT_NE(s.message().find("rank 1 did not take part: its process (pid"), std::string::npos)
+        << s.message();
+    EXPECT_LT(duration<double>(Clock::now() - start).count(), 1.0);
+  });
+}
+
+TEST(ShmFailureTest, OneRanksFailureReachesTheOthersAtOnce) {
+  on_shm_ranks(3, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    ASSERT_TRUE(comm->barrier(in(10)).ok());
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;
+    }
+    const auto start = Clock::now();
+    // Rank 1 gives up after 0.3 s; rank 0 would wait 20 s but hears of it.
+    const Status s = comm->barrier(in(rank == 1 ? 0.3 : 20));
+    EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
+    EXPECT_LT(duration<double>(Clock::now() - start).count(), 1.0);
+    if (rank == 0) {
+      EXPECT_NE(s.message().find("rank 1 reported"), std::string::npos) << s.message();
+    }
+  });
+}
+
+TEST(ShmOptionsTest, RegionSizeFromFusionThreshold) {
+  EXPECT_EQ(shm_region_bytes(0), std::size_t{4} << 20);
+  EXPECT_EQ(shm_region_bytes(1000), std::size_t{4} << 20);
+  EXPECT_EQ(shm_region_bytes(1 << 20), std::size_t{1} << 20);
+  EXPECT_EQ(shm_region_bytes((64 << 20) + 1), (std::size_t{64} << 20) + 4096);
+}
+
+TEST(ShmOptionsTest, RegionsShrinkToHalfTheFreeSpaceOrGiveUp) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  EXPECT_EQ(shm::fit_region(2, 64 * MiB, 1024 * MiB), 64 * MiB);
+  EXPECT_EQ(shm::fit_region(2, 64 * MiB, 64 * MiB), 8 * MiB);  // docker's default /dev/shm
+  EXPECT_EQ(shm::fit_region(4, 64 * MiB, 3 * MiB), 0u);
+}
+
+TEST(ShmSelectTest, PolicyFollowsModeAndTopology) {
+  struct Case {
+    const char* mode;
+    int local_size;    // ranks per simulated host
+    const char* want;  // name after selection, or "error"
+  };
+  for (const Case& c : {Case{"auto", 0, "shm"}, Case{"0", 0, "inproc"}, Case{"1", 0, "shm"},
+                        Case{"auto", 1, "inproc"}, Case{"1", 1, "error"}}) {
+    InprocWorld world(2, c.local_size);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        std::unique_ptr<Communicator> comm = world.communicator(r);
+        ShmOptions o = small_regions();
+        o.mode = c.mode;
+        const Status s = maybe_wrap_in_shm(comm, o);
+        if (std::string(c.want) == "error") {
+          EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << c.mode;
+        } else {
+          EXPECT_TRUE(s.ok()) << s.to_string();
+          EXPECT_STREQ(comm->name(), c.want) << "KOLO_SHM=" << c.mode;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
+}  // namespace
+}  // namespace kolo::transport
