@@ -20,8 +20,9 @@ const std::vector<OptionDoc>& config_options() {
   static const std::vector<OptionDoc> kOptions = {
       {"KOLO_CACHE_CAPACITY", "1024",
        "response cache entries (steady-state fast path: one bit-vector AND per cycle); 0 disables"},
-      {"KOLO_CYCLE_TIME_MS", "1",
-       "longest wait of an idle background cycle; a cycle starts at once when work arrives"},
+      {"KOLO_CYCLE_TIME_MS", "0",
+       "least time between the starts of two negotiation cycles: work arriving sooner waits and "
+       "is negotiated (and fused) with what follows; 0 = a cycle starts as soon as work arrives"},
       {"KOLO_STALL_CHECK_SECONDS", "60",
        "warn (on rank 0) when some ranks submitted a tensor and others did not for this long; 0 = off"},
       {"KOLO_STALL_SHUTDOWN_SECONDS", "0",
@@ -34,10 +35,16 @@ const std::vector<OptionDoc>& config_options() {
       {"KOLO_FUSION_THRESHOLD", "67108864",
        "bytes: consecutive allreduces of one cycle with the same dtype and reduction are packed "
        "into one buffer up to this size (scaling done while packing); 0 disables fusion"},
-      {"KOLO_TIMELINE", "(off)",
-       "path: rank 0 writes a Chrome-trace JSON timeline (negotiate, wait_for_ranks, pack, "
+      {"KOLO_TIMELINE", "",
+       "path (unset: off): rank 0 writes a Chrome-trace JSON timeline (negotiate, wait_for_ranks, pack, "
        "communicate, unpack per tensor) that Perfetto and chrome://tracing open"},
       {"KOLO_TIMELINE_MARK_CYCLES", "0", "1: the timeline also marks every negotiation cycle"},
+      {"KOLO_AUTOTUNE", "0",
+       "1: during the first steps rank 0 tries fusion thresholds and cycle times and settles on "
+       "the one with the most bytes per second; every rank switches at the same cycle"},
+      {"KOLO_AUTOTUNE_LOG", "", "path (unset: off): rank 0 writes each autotune sample as a CSV line"},
+      {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before the search"},
+      {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "20", "busy negotiation cycles measured per autotune sample"},
       {"KOLO_SHM", "auto",
        "auto (shared-memory transport when every rank is on one host), 0 (off: plain MPI), "
        "1 (required: error if ranks span hosts)"},
@@ -131,6 +138,15 @@ Status parse_config(const Env& env, Config* out) {
     if (it->second != "0" && it->second != "1") return bad("KOLO_TIMELINE_MARK_CYCLES", it->second, "0 or 1");
     c.timeline_mark_cycles = it->second == "1";
   }
+  if (auto it = env.find("KOLO_AUTOTUNE"); it != env.end() && !it->second.empty()) {
+    if (it->second != "0" && it->second != "1") return bad("KOLO_AUTOTUNE", it->second, "0 or 1");
+    c.autotune = it->second == "1";
+  }
+  if (auto it = env.find("KOLO_AUTOTUNE_LOG"); it != env.end()) c.autotune_log = it->second;
+  KOLO_RETURN_IF_ERROR(
+      read_int(env, "KOLO_AUTOTUNE_WARMUP_SAMPLES", 1, 1000, &c.autotune_warmup_samples));
+  KOLO_RETURN_IF_ERROR(
+      read_int(env, "KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", 1, 1000000, &c.autotune_cycles_per_sample));
   if (auto it = env.find("KOLO_SHM"); it != env.end() && !it->second.empty()) {
     if (it->second != "auto" && it->second != "0" && it->second != "1") {
       return bad("KOLO_SHM", it->second, "auto, 0 or 1");

@@ -22,7 +22,7 @@ Env process_env();
 
 struct Config {
   int cache_capacity = 1024;           // KOLO_CACHE_CAPACITY
-  double cycle_time_ms = 1.0;          // KOLO_CYCLE_TIME_MS
+  double cycle_time_ms = 0.0;          // KOLO_CYCLE_TIME_MS
   double stall_check_seconds = 60.0;   // KOLO_STALL_CHECK_SECONDS
   double stall_shutdown_seconds = 0;   // KOLO_STALL_SHUTDOWN_SECONDS
   double peer_timeout_seconds = 60.0;  // KOLO_PEER_TIMEOUT_SECONDS
@@ -34,6 +34,10 @@ struct Config {
   std::string shm = "auto";            // KOLO_SHM: auto, 0 or 1 (read by the transport table)
   std::string timeline_path;           // KOLO_TIMELINE: Chrome-trace file written by rank 0
   bool timeline_mark_cycles = false;   // KOLO_TIMELINE_MARK_CYCLES
+  bool autotune = false;               // KOLO_AUTOTUNE
+  std::string autotune_log;            // KOLO_AUTOTUNE_LOG
+  int autotune_warmup_samples = 3;     // KOLO_AUTOTUNE_WARMUP_SAMPLES
+  int autotune_cycles_per_sample = 20; // KOLO_AUTOTUNE_CYCLES_PER_SAMPLE
 };
 
 // Parses the KOLO_* variables of `env` into `out` (starting from defaults). Returns an

@@ -22,7 +22,7 @@ Config parse_ok(const Env& env) {
 TEST(ConfigTest, Defaults) {
   const Config c = parse_ok({});
   EXPECT_EQ(c.cache_capacity, 1024);
-  EXPECT_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_EQ(c.cycle_time_ms, 0.0);
   EXPECT_EQ(c.stall_check_seconds, 60.0);
   EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
   EXPECT_EQ(c.peer_timeout_seconds, 60.0);
@@ -40,7 +40,7 @@ TEST(ConfigTest, EmptyAndUnrelatedVariablesKeepDefaults) {
                              {"HOROVOD_CYCLE_TIME", "7"},
                              {"PATH", "/usr/bin"}});
   EXPECT_EQ(c.cache_capacity, 1024);
-  EXPECT_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_EQ(c.cycle_time_ms, 0.0);
   EXPECT_EQ(c.log_level, log::kWarning);
   EXPECT_EQ(c.transport, "auto");
 }
@@ -71,6 +71,11 @@ TEST(ConfigTest, EachVariableParsed) {
   EXPECT_EQ(parse_ok({{"KOLO_FUSION_THRESHOLD", "1048576"}}).fusion_threshold_bytes, 1 << 20);
   EXPECT_EQ(parse_ok({{"KOLO_FUSION_THRESHOLD", "8589934592"}}).fusion_threshold_bytes,
             std::int64_t{8} << 30);
+  EXPECT_TRUE(parse_ok({{"KOLO_AUTOTUNE", "1"}}).autotune);
+  EXPECT_EQ(parse_ok({{"KOLO_AUTOTUNE_LOG", "/tmp/a.csv"}}).autotune_log, "/tmp/a.csv");
+  EXPECT_EQ(parse_ok({{"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "5"}}).autotune_cycles_per_sample, 5);
+  EXPECT_EQ(parse_ok({{"KOLO_TIMELINE", "/tmp/t.json"}}).timeline_path, "/tmp/t.json");
+  EXPECT_TRUE(parse_ok({{"KOLO_TIMELINE_MARK_CYCLES", "1"}}).timeline_mark_cycles);
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "0"}}).shm, "0");
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "1"}}).shm, "1");
   const std::pair<const char*, log::Level> levels[] = {
@@ -108,6 +113,10 @@ TEST(ConfigTest, BadValuesNameVariableAndValue) {
       {"KOLO_FUSION_THRESHOLD", "64M"},
       {"KOLO_FUSION_THRESHOLD", "2e6"},
       {"KOLO_SHM", "yes"},
+      {"KOLO_AUTOTUNE", "yes"},
+      {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},
+      {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "many"},
+      {"KOLO_TIMELINE_MARK_CYCLES", "2"},
   };
   for (const auto& [name, value] : bad) {
     Config c;
@@ -133,9 +142,11 @@ const OptionDoc* find_option(const std::vector<OptionDoc>& options, const std::s
 
 TEST(ConfigTest, OptionsTableDocumentsDefaults) {
   const std::pair<const char*, const char*> expected[] = {
-      {"KOLO_CACHE_CAPACITY", "1024"},       {"KOLO_CYCLE_TIME_MS", "1"},
+      {"KOLO_CACHE_CAPACITY", "1024"},       {"KOLO_CYCLE_TIME_MS", "0"},
       {"KOLO_STALL_CHECK_SECONDS", "60"},    {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
-      {"KOLO_PEER_TIMEOUT_SECONDS", "60"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "60"},  {"KOLO_FUSION_THRESHOLD", "67108864"},
+      {"KOLO_AUTOTUNE", "0"},                {"KOLO_TIMELINE", ""},
+      {"KOLO_SHM", "auto"},
   };
   for (const auto& [name, value] : expected) {
     const OptionDoc* o = find_option(config_options(), name);
@@ -158,6 +169,14 @@ TEST(ConfigTest, DocumentedDefaultsParseToBuiltInDefaults) {
   EXPECT_EQ(documented.peer_timeout_seconds, builtin.peer_timeout_seconds);
   EXPECT_EQ(documented.log_level, builtin.log_level);
   EXPECT_EQ(documented.transport, builtin.transport);
+  EXPECT_EQ(documented.fusion_threshold_bytes, builtin.fusion_threshold_bytes);
+  EXPECT_EQ(documented.shm, builtin.shm);
+  EXPECT_EQ(documented.timeline_path, builtin.timeline_path);
+  EXPECT_EQ(documented.timeline_mark_cycles, builtin.timeline_mark_cycles);
+  EXPECT_EQ(documented.autotune, builtin.autotune);
+  EXPECT_EQ(documented.autotune_log, builtin.autotune_log);
+  EXPECT_EQ(documented.autotune_warmup_samples, builtin.autotune_warmup_samples);
+  EXPECT_EQ(documented.autotune_cycles_per_sample, builtin.autotune_cycles_per_sample);
 }
 
 TEST(ConfigTest, LauncherVariablesListed) {

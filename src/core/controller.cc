@@ -76,7 +76,7 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
   if (!uncached_.empty()) flags |= kUncached;
   if (want_shutdown) flags |= kShutdown;
   if (joined_) flags |= kJoined;
-  if (!abort_message_.empty()) flags |= kCoordinator;
+  if (!abort_message_.empty() || has_proposal_) flags |= kCoordinator;
   std::vector<std::uint64_t> words(1 + 2 * words_, 0);
   words[0] = ~flags;
   for (const auto& [bit, hit] : hits_) set_bit(words, 1, bit);
@@ -121,6 +121,8 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
       cycle.fatal = Status(list.abort_code, list.abort_message);
       return cycle;
     }
+    cycle.has_tunables = list.has_tunables;
+    cycle.tunables = list.tunables;
     for (auto& resp : list.responses) {
       KOLO_LOG(kTrace, "negotiate") << "response " << op_name(resp.op) << " '" << resp.name << "'"
                                     << (resp.is_error() ? " error: " + resp.error : std::string());
@@ -162,11 +164,21 @@ Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
       list->abort_code = ErrorCode::kStalled;
       list->abort_message = abort_message_;
     }
+    if (has_proposal_) {
+      list->has_tunables = true;
+      list->tunables = proposal_;
+      has_proposal_ = false;
+    }
     encoded = encode_response_list(*list);
   }
   KOLO_RETURN_IF_ERROR(comm_->control_broadcast(&encoded, deadline()));
   if (comm_->rank() != 0) KOLO_RETURN_IF_ERROR(decode_response_list(encoded, list));
   return Status::OK();
+}
+
+void Controller::propose(const Tunables& tunables) {
+  has_proposal_ = true;
+  proposal_ = tunables;
 }
 
 void Controller::check_stalls(Clock::time_point now) {

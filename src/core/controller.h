@@ -36,8 +36,14 @@ class Controller {
     bool shutdown = false;            // some rank called shutdown()
     Status fatal;                     // peer failure or stall shutdown: stop the runtime
     bool idle = true;                 // no rank had anything to negotiate or run
+    bool has_tunables = false;        // switch to `tunables` after executing `responses`
+    Tunables tunables;
   };
   Cycle run(std::vector<Request> new_requests, bool want_shutdown);
+
+  // Coordinator (rank 0) only: announce new tunables to every rank with the next cycle
+  // (which then takes the slow path).
+  void propose(const Tunables& tunables);
 
   transport::Communicator& communicator() { return *comm_; }
 
@@ -70,6 +76,8 @@ class Controller {
   std::unordered_map<std::string, Request> sent_;  // sent to the coordinator, unanswered
   bool joined_ = false;
   std::string abort_message_;  // coordinator: stall shutdown to announce
+  bool has_proposal_ = false;  // coordinator: tunables to announce
+  Tunables proposal_;
   Clock::time_point next_stall_check_{};
   std::unordered_map<std::string, Clock::time_point> warned_;  // stalled name -> last warning
   std::uint64_t fast_cycles_ = 0;

@@ -162,6 +162,12 @@ std::string encode_response_list(const ResponseList& list) {
   w.pod(kResponsesMagic);
   w.pod(list.abort_code);
   w.str(list.abort_message);
+  w.pod<std::uint8_t>(list.has_tunables ? 1 : 0);
+  if (list.has_tunables) {
+    w.pod(list.tunables.fusion_threshold_bytes);
+    w.pod(list.tunables.cycle_time_ms);
+    w.pod<std::uint8_t>(list.tunables.hierarchical ? 1 : 0);
+  }
   w.pod<std::uint32_t>(static_cast<std::uint32_t>(list.responses.size()));
   for (const auto& r : list.responses) {
     w.pod(r.op);
@@ -187,10 +193,22 @@ Status decode_response_list(const std::string& bytes, ResponseList* out) {
   Reader rd(bytes);
   std::uint8_t magic;
   std::uint32_t n;
+  std::uint8_t has_tunables = 0, hierarchical = 0;
   if (!rd.pod(&magic) || magic != kResponsesMagic || !rd.pod(&out->abort_code) ||
-      !valid(out->abort_code) || !rd.str(&out->abort_message) || !rd.pod(&n)) {
+      !valid(out->abort_code) || !rd.str(&out->abort_message) || !rd.pod(&has_tunables) ||
+      has_tunables > 1) {
     return corrupt("response");
   }
+  out->has_tunables = has_tunables == 1;
+  out->tunables = Tunables{};
+  if (out->has_tunables &&
+      (!rd.pod(&out->tunables.fusion_threshold_bytes) || !rd.pod(&out->tunables.cycle_time_ms) ||
+       !rd.pod(&hierarchical) || hierarchical > 1 || out->tunables.fusion_threshold_bytes < 0 ||
+       !(out->tunables.cycle_time_ms >= 0))) {
+    return corrupt("response");
+  }
+  out->tunables.hierarchical = hierarchical == 1;
+  if (!rd.pod(&n)) return corrupt("response");
   out->responses.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     Response r;

@@ -67,11 +67,24 @@ struct Response {
   bool is_error() const { return error_code != ErrorCode::kOk; }
 };
 
+// Runtime parameters that every rank must use alike, changed at run time by autotune
+// (autotune.h). The coordinator sends new values in a ResponseList; every rank applies
+// them after executing that list, so all ranks switch between the same two cycles.
+struct Tunables {
+  std::int64_t fusion_threshold_bytes = 0;
+  double cycle_time_ms = 0;
+  bool hierarchical = false;
+
+  bool operator==(const Tunables&) const = default;
+};
+
 // What the coordinator broadcasts after a negotiation round.
 struct ResponseList {
   std::vector<Response> responses;
   ErrorCode abort_code = ErrorCode::kOk;  // not kOk: fail everything and stop the runtime
   std::string abort_message;
+  bool has_tunables = false;  // true: every rank switches to `tunables` after this list
+  Tunables tunables;
 };
 
 std::string encode_requests(const std::vector<Request>& requests);

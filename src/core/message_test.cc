@@ -103,6 +103,8 @@ ResponseList sample_response_list() {
   list.responses = {a, b, c};
   list.abort_code = ErrorCode::kStalled;
   list.abort_message = "stalled for 30 seconds";
+  list.has_tunables = true;
+  list.tunables = Tunables{.fusion_threshold_bytes = 4 << 20, .cycle_time_ms = 2.5, .hierarchical = true};
   return list;
 }
 
@@ -131,6 +133,8 @@ TEST(MessageTest, ResponseListRoundTrip) {
   ASSERT_TRUE(decode_response_list(encode_response_list(list), &out).ok());
   EXPECT_EQ(out.abort_code, list.abort_code);
   EXPECT_EQ(out.abort_message, list.abort_message);
+  EXPECT_TRUE(out.has_tunables);
+  EXPECT_EQ(out.tunables, list.tunables);
   ASSERT_EQ(out.responses.size(), list.responses.size());
   for (std::size_t i = 0; i < out.responses.size(); ++i) {
     expect_same(out.responses[i], list.responses[i]);
@@ -145,6 +149,8 @@ TEST(MessageTest, EmptyResponseListRoundTrips) {
   EXPECT_TRUE(out.responses.empty());
   EXPECT_EQ(out.abort_code, ErrorCode::kOk);
   EXPECT_EQ(out.abort_message, "");
+  EXPECT_FALSE(out.has_tunables);
+  EXPECT_EQ(out.tunables, Tunables{});
 }
 
 TEST(MessageTest, EncodingIsDeterministic) {

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "core/controller.h"
+#include "core/autotune.h"
 #include "core/executor.h"
 #include "core/fusion.h"
 
@@ -25,7 +26,8 @@ void check_view(const TensorView& v, const std::string& what) {
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
 
-// Longest wait between cycles while every rank is idle (see Runtime::loop).
+// Waits between cycles without local work (see Runtime::loop).
+constexpr std::chrono::milliseconds kMinIdleWait(1);
 constexpr std::chrono::milliseconds kMaxIdleWait(8);
 
 void check_process_set(int id, const std::string& what) {
@@ -39,7 +41,10 @@ void check_process_set(int id, const std::string& what) {
 }  // namespace
 
 Runtime::Runtime(Config config, CommunicatorFactory factory)
-    : config_(std::move(config)), factory_(std::move(factory)) {}
+    : config_(std::move(config)), factory_(std::move(factory)) {
+  tunables_.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+  tunables_.cycle_time_ms = config_.cycle_time_ms;
+}
 
 Runtime::~Runtime() { shutdown(); }
 
@@ -317,6 +322,39 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
   return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
 }
 
+bool Runtime::wait_for_work(std::chrono::steady_clock::duration idle_wait,
+                            std::chrono::steady_clock::time_point not_before, bool timeline,
+                            std::map<int, std::vector<Request>>* requests,
+                            std::vector<std::string>* taken) {
+  std::unique_lock<std::mutex> lock(mu_);
+  work_cv_.wait_for(lock, idle_wait, [this] {
+    return (!new_requests_.empty() && !hold_requests_) || stop_requested_;
+  });
+  // KOLO_CYCLE_TIME_MS: work that arrives soon after the previous cycle began waits for
+  // more to come, so it is negotiated (and fused) together.
+  if (!new_requests_.empty() && std::chrono::steady_clock::now() < not_before) {
+    work_cv_.wait_until(lock, not_before, [this] { return stop_requested_; });
+  }
+  if (!hold_requests_) {
+    for (auto& r : new_requests_) {
+      if (timeline) taken->push_back(r.name);
+      (*requests)[r.process_set].push_back(std::move(r));
+    }
+    new_requests_.clear();
+  }
+  return stop_requested_;
+}
+
+Runtime::Tunables Runtime::tunables() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tunables_;
+}
+
+std::vector<std::pair<std::uint64_t, Tunables>> Runtime::tunables_history() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tunables_history_;
+}
+
 void Runtime::loop() {
   Status status = factory_(&comm_);
   // The timeline starts before start() returns, so it sees the first request.
@@ -343,42 +381,42 @@ void Runtime::loop() {
   std::map<int, Controller> sets;
   sets.try_emplace(kGlobalProcessSet, config_, comm_.get());
   FusionBuffer fusion_buffer;
-  const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  std::unique_ptr<Autotuner> autotuner;
+  if (config_.autotune && topology_.rank == 0) {
+    AutotuneOptions options;
+    options.warmup_samples = config_.autotune_warmup_samples;
+    options.cycles_per_sample = config_.autotune_cycles_per_sample;
+    options.log_path = config_.autotune_log;
+    autotuner = std::make_unique<Autotuner>(tunables_, options);
+  }
   const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       seconds(config_.peer_timeout_seconds));
-  // A cycle starts as soon as work arrives; without local work a rank still cycles,
-  // because negotiation is collective: every KOLO_CYCLE_TIME_MS while any rank is busy,
-  // backing off to kMaxIdleWait while every rank is idle. The back-off costs no latency
-  // when ranks submit together (each wakes on its own work) and keeps an idle runtime
-  // from taking a tenth of a core from training.
-  const auto max_idle_wait = std::max<std::chrono::steady_clock::duration>(cycle_time, kMaxIdleWait);
-  auto idle_wait = cycle_time;
+  // Without local work a rank still cycles, because negotiation is collective: every
+  // kMinIdleWait (or cycle time) while any rank is busy, backing off to kMaxIdleWait while
+  // every rank is idle. The back-off costs no latency when ranks submit together (each
+  // wakes on its own work) and keeps an idle runtime from taking a tenth of a core.
+  std::chrono::steady_clock::duration idle_wait = kMinIdleWait;
+  auto last_start = std::chrono::steady_clock::time_point{};
+  std::uint64_t cycle_number = 0;
   Status fatal;
   bool shutdown = false;
   std::vector<std::string> taken;  // timeline: names that entered negotiation this cycle
   while (!shutdown && fatal.ok()) {
+    const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double, std::milli>(tunables_.cycle_time_ms));
     std::map<int, std::vector<Request>> requests;
-    bool want_stop;
     const bool timeline = timeline_.active();
     taken.clear();
+    const bool want_stop = wait_for_work(std::max(idle_wait, cycle_time), last_start + cycle_time,
+                                         timeline, &requests, &taken);
     const auto cycle_start = std::chrono::steady_clock::now();
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait_for(lock, idle_wait, [this] {
-        return (!new_requests_.empty() && !hold_requests_) || stop_requested_;
-      });
-      if (!hold_requests_) {
-        for (auto& r : new_requests_) {
-          if (timeline) taken.push_back(r.name);
-          requests[r.process_set].push_back(std::move(r));
-        }
-        new_requests_.clear();
-      }
-      want_stop = stop_requested_;
-    }
+    last_start = cycle_start;
+    ++cycle_number;
     std::uint64_t fast = 0, slow = 0;
     bool idle = true;
+    double busy_bytes = 0;
+    bool has_tunables = false;
+    Tunables next_tunables;
     for (auto& [id, controller] : sets) {
       Controller::Cycle cycle = controller.run(std::move(requests[id]), want_stop);
       const auto responded = std::chrono::steady_clock::now();
@@ -389,19 +427,40 @@ void Runtime::loop() {
       idle = idle && cycle.idle && cycle.responses.empty();
       fatal = cycle.fatal;
       shutdown = shutdown || cycle.shutdown;
-      for (const FusionGroup& group : plan_fusion(cycle.responses, config_.fusion_threshold_bytes)) {
+      for (const FusionGroup& group : plan_fusion(cycle.responses, tunables_.fusion_threshold_bytes)) {
         if (!fatal.ok()) break;
         fatal = execute_group(controller.communicator(), cycle.responses, group, fusion_buffer,
                               transport::Clock::now() + peer_timeout, responded);
+      }
+      for (const Response& r : cycle.responses) {
+        if (!r.is_error()) busy_bytes += static_cast<double>(allreduce_bytes(r));
+      }
+      if (cycle.has_tunables) {
+        has_tunables = true;
+        next_tunables = cycle.tunables;
       }
       fast += controller.fast_cycles();
       slow += controller.slow_cycles();
       if (!fatal.ok()) break;
     }
-    idle_wait = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait * 2, max_idle_wait) : cycle_time;
+    if (autotuner && busy_bytes > 0 && tunables_ == autotuner->current()) {
+      const auto since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(t.time_since_epoch()).count();
+      };
+      auto change = autotuner->observe(busy_bytes, since(cycle_start), since(std::chrono::steady_clock::now()));
+      if (change) sets.at(kGlobalProcessSet).propose(*change);
+    }
+    idle_wait = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait * 2, kMaxIdleWait) : kMinIdleWait;
     std::lock_guard<std::mutex> lock(mu_);
     fast_cycles_ = fast;
     slow_cycles_ = slow;
+    if (has_tunables && !(next_tunables == tunables_)) {
+      // Every rank got the same list, so every rank switches here, between the same cycles.
+      tunables_ = next_tunables;
+      tunables_history_.emplace_back(cycle_number, tunables_);
+      KOLO_LOG(kInfo, "autotune") << "fusion threshold " << tunables_.fusion_threshold_bytes
+                                  << " bytes, cycle time " << tunables_.cycle_time_ms << " ms";
+    }
   }
   if (!fatal.ok()) {
     KOLO_LOG(kError, "runtime") << fatal.message();

@@ -79,6 +79,13 @@ class Runtime {
   Status start_timeline(const std::string& path, bool mark_cycles);
   void stop_timeline();
 
+  // The fusion threshold and cycle time in use (autotune changes them at run time, on
+  // every rank between the same two cycles), and each change with the number of the
+  // cycle after which it took effect. For tests and logs.
+  using Tunables = core::Tunables;
+  Tunables tunables() const;
+  std::vector<std::pair<std::uint64_t, Tunables>> tunables_history() const;
+
   // For tests: while held, the background thread keeps cycling but takes no new
   // requests, so everything submitted meanwhile enters negotiation in one cycle.
   void hold_requests(bool hold);
@@ -87,6 +94,12 @@ class Runtime {
   Handle enqueue(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs);
   std::string default_name(OpType op);
   void loop();
+  // Waits for new requests (at most `idle_wait`, and while they arrive before
+  // `not_before`, until then), moves them into `requests` by process set and their names
+  // into `taken` when `timeline`. Returns whether shutdown was requested.
+  bool wait_for_work(std::chrono::steady_clock::duration idle_wait,
+                     std::chrono::steady_clock::time_point not_before, bool timeline,
+                     std::map<int, std::vector<Request>>* requests, std::vector<std::string>* taken);
   // Runs one group of plan_fusion() and completes its handles. Returns a peer failure
   // (which stops the runtime); every other error only fails the group's handles.
   Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
@@ -119,6 +132,9 @@ class Runtime {
   std::uint64_t slow_cycles_ = 0;                                  // guarded by mu_
   std::uint64_t fused_responses_ = 0;                              // guarded by mu_
   bool hold_requests_ = false;                                     // guarded by mu_
+  // Written by the background thread under mu_; read there without it.
+  Tunables tunables_;
+  std::vector<std::pair<std::uint64_t, Tunables>> tunables_history_;  // guarded by mu_
 };
 
 }  // namespace kolo::core

@@ -35,7 +35,8 @@ std::string help_footer() {
   s += "\nRuntime options, read by every worker from the environment (kolorun passes\n"
        "KOLO_* variables on to all hosts):\n";
   for (const auto& v : kolo::core::config_options()) {
-    s += "  " + std::string(v.name) + " (default: " + v.default_value + ")\n      " + v.doc + "\n";
+    const std::string value = *v.default_value ? v.default_value : "unset";
+    s += "  " + std::string(v.name) + " (default: " + value + ")\n      " + v.doc + "\n";
   }
   s += "\nWorker output is prefixed with \"[rank] \". When a worker fails, the others get\n"
        "--grace-seconds to finish or report their own errors (e.g. a peer timeout,\n"
