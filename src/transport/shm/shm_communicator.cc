@@ -69,9 +69,10 @@ Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& option
         ErrorCode::kUnsupported,
         mine.ok() ? "shm: another rank could not map the segment (see its log)" : mine.message());
   }
+  const std::size_t region = seg.region_bytes();
   comm = std::make_unique<shm::ShmCommunicator>(std::move(comm), std::move(seg));
   KOLO_LOG(kInfo, "shm") << "shared-memory transport: " << n << " ranks, regions of "
-                         << (options.region_bytes >> 10) << " KiB requested";
+                         << (region >> 10) << " KiB";
   return Status::OK();
 }
 
