@@ -86,8 +86,8 @@ void time_it(Communicator* comm, const char* what, std::size_t bytes, int iterat
   std::sort(s.begin(), s.end());
   const double median = s[s.size() / 2];
   if (comm->rank() == 0) {
-    std::printf("%-44s median %7.2f ms  best %7.2f ms  algbw %6.2f GB/s  (%d ranks, %d runs)\n",
-                what, median * 1e3, s[0] * 1e3, static_cast<double>(bytes) / median / 1e9,
+    std::printf("%-46s median %9.1f us  best %9.1f us  algbw %6.2f GB/s  (%d ranks, %d runs)\n",
+                what, median * 1e6, s[0] * 1e6, static_cast<double>(bytes) / median / 1e9,
                 comm->size(), iterations);
   }
   std::fflush(stdout);

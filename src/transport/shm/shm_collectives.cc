@@ -7,9 +7,10 @@
 // by block, and writes each reduced block into every rank's region while it is still in
 // cache (a reduce-scatter and an allgather in one pass). A second barrier and every region
 // holds the result. Buffers larger than a region go through in region-sized chunks, two
-// barriers each; the zero-copy and the copy path follow the same steps, so ranks may mix
-// them. The reduction folds sources in rank order, so every rank gets the same bits as a
-// sequential reduction 0, 1, ..., n-1.
+// barriers each; the copy path reduces its own slice straight from and into the caller's
+// buffer (only the other slices pass through its region). Both paths read and write the
+// regions the same way, so ranks may mix them. The reduction folds sources in rank order, so every
+// rank gets the same bits as a sequential reduction 0, 1, ..., n-1.
 //
 // Not for: bootstrap, delegation to the base communicator (shm_communicator.cc), or the
 // barrier itself (shm_sync.cc).
@@ -34,23 +35,30 @@ bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_b
 
 }  // namespace
 
-Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op,
+ShmCommunicator::Slice ShmCommunicator::slice(std::size_t count, std::size_t es, int r) const {
+  const int n = size();
+  const std::size_t align = 64 / es;
+  std::size_t per = (count + n - 1) / n;
+  per = (per + align - 1) / align * align;
+  const std::size_t lo = std::min(count, per * r);
+  return {lo, std::min(count, lo + per)};
+}
+
+Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op, char* own,
                                        Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t es = dtype_size(dtype);
   KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
-  const std::size_t align = 64 / es;
-  std::size_t per = (count + n - 1) / n;
-  per = (per + align - 1) / align * align;
-  const std::size_t lo = std::min(count, per * me), hi = std::min(count, lo + per);
+  const Slice mine = slice(count, es, me);
   const std::size_t block = kBlockBytes / es;
-  for (std::size_t b = lo; b < hi; b += block) {
-    const std::size_t m = std::min(block, hi - b);
-    for (int r = 0; r < n; ++r) srcs_[r] = seg_.region(r) + b * es;
-    char* mine = seg_.region(me) + b * es;
-    reduce_many(mine, srcs_.data(), n, m, dtype, op);
+  char* const base = own ? own : seg_.region(me);
+  for (std::size_t b = mine.lo; b < mine.hi; b += block) {
+    const std::size_t m = std::min(block, mine.hi - b);
+    for (int r = 0; r < n; ++r) srcs_[r] = (r == me ? base : seg_.region(r)) + b * es;
+    char* dst = base + b * es;
+    reduce_many(dst, srcs_.data(), n, m, dtype, op);
     for (int r = 0; r < n; ++r) {
-      if (r != me) std::memcpy(seg_.region(r) + b * es, mine, m * es);
+      if (r != me) std::memcpy(seg_.region(r) + b * es, dst, m * es);
     }
   }
   return barrier_.sync("allreduce", deadline);
@@ -62,21 +70,30 @@ Status ShmCommunicator::allreduce(void* buffer, std::size_t count, DataType dtyp
   if (count == 0 || size() == 1) return Status::OK();
   const std::size_t es = dtype_size(dtype);
   const std::size_t bytes = count * es;
-  char* mine = seg_.region(rank());
-  const std::size_t region = seg_.region_bytes();
-  if (buffer == mine && bytes <= region) return reduce_regions(count, dtype, op, deadline);
-  if (overlaps(buffer, bytes, mine, region)) {
+  char* region = seg_.region(rank());
+  const std::size_t region_bytes = seg_.region_bytes();
+  if (buffer == region && bytes <= region_bytes) {
+    return reduce_regions(count, dtype, op, nullptr, deadline);
+  }
+  if (overlaps(buffer, bytes, region, region_bytes)) {
     return InvalidArgument(
         "shm allreduce: the buffer overlaps this rank's shm region without "
         "being the fusion_buffer() itself (or is larger than it)");
   }
+  // Copy path, chunk by chunk. This rank's own slice never goes through its region: it is
+  // reduced from and into `buffer` directly, so only the other ranks' slices are copied in
+  // and out ((n-1)/n of the bytes each way).
   auto* data = static_cast<char*>(buffer);
-  const std::size_t chunk = region / es;
+  const std::size_t chunk = region_bytes / es;
   for (std::size_t off = 0; off < count; off += chunk) {
     const std::size_t m = std::min(chunk, count - off);
-    std::memcpy(mine, data + off * es, m * es);
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, deadline));
-    std::memcpy(data + off * es, mine, m * es);
+    char* src = data + off * es;
+    const Slice mine = slice(m, es, rank());
+    std::memcpy(region, src, mine.lo * es);
+    std::memcpy(region + mine.hi * es, src + mine.hi * es, (m - mine.hi) * es);
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, src, deadline));
+    std::memcpy(src, region, mine.lo * es);
+    std::memcpy(src + mine.hi * es, region + mine.hi * es, (m - mine.hi) * es);
   }
   return Status::OK();
 }

@@ -48,9 +48,18 @@ class ShmCommunicator final : public Communicator {
   Status control_broadcast(std::string* message, Deadline deadline) override;
 
  private:
+  // The elements [lo, hi) of a `count`-element buffer that rank `r` reduces: about count/n,
+  // cut on 64-byte boundaries.
+  struct Slice {
+    std::size_t lo, hi;
+  };
+  Slice slice(std::size_t count, std::size_t es, int r) const;
   // Reduces `count` elements that every rank has at the start of its region; afterwards
-  // every region holds the result. Two barriers.
-  Status reduce_regions(std::size_t count, DataType dtype, ReduceOp op, Deadline deadline);
+  // every region holds the result (except this rank's own slice when `own` is given: that
+  // slice is read from and written to `own`, which holds this rank's whole input). Two
+  // barriers.
+  Status reduce_regions(std::size_t count, DataType dtype, ReduceOp op, char* own,
+                        Deadline deadline);
   // A delegated call's status; a peer failure there breaks this communicator too.
   Status delegated(Status s);
   Status check(const char* op) const;
