@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace kolo {
 
@@ -87,12 +88,25 @@ void apply(void* dst, const void* src, std::size_t n, F f) {
   for (std::size_t i = 0; i < n; ++i) d[i] = f(d[i], s[i]);
 }
 
+// Integer sums and products wrap around: they are computed in the unsigned type, where
+// overflow is defined (signed overflow in int32/int64 would be undefined behaviour).
+template <typename T>
+T wrapping(T a, T b, bool product) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    const U ua = static_cast<U>(a), ub = static_cast<U>(b);
+    return static_cast<T>(static_cast<U>(product ? ua * ub : ua + ub));
+  } else {
+    return product ? a * b : a + b;
+  }
+}
+
 template <typename T>
 void reduce_native(void* dst, const void* src, std::size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      apply<T>(dst, src, n, [](T a, T b) { return static_cast<T>(a + b); });
+      apply<T>(dst, src, n, [](T a, T b) { return wrapping(a, b, false); });
       break;
     case ReduceOp::kMin:
       apply<T>(dst, src, n, [](T a, T b) { return std::min(a, b); });
@@ -101,7 +115,7 @@ void reduce_native(void* dst, const void* src, std::size_t n, ReduceOp op) {
       apply<T>(dst, src, n, [](T a, T b) { return std::max(a, b); });
       break;
     case ReduceOp::kProduct:
-      apply<T>(dst, src, n, [](T a, T b) { return static_cast<T>(a * b); });
+      apply<T>(dst, src, n, [](T a, T b) { return wrapping(a, b, true); });
       break;
   }
 }
@@ -109,15 +123,23 @@ void reduce_native(void* dst, const void* src, std::size_t n, ReduceOp op) {
 template <float (*ToF)(std::uint16_t), std::uint16_t (*FromF)(float)>
 void reduce_16(void* dst, const void* src, std::size_t n, ReduceOp op) {
   auto run = [&](auto f) {
-    apply<std::uint16_t>(dst, src, n,
-                         [&](std::uint16_t a, std::uint16_t b) { return FromF(f(ToF(a), ToF(b))); });
+    apply<std::uint16_t>(
+        dst, src, n, [&](std::uint16_t a, std::uint16_t b) { return FromF(f(ToF(a), ToF(b))); });
   };
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: run([](float a, float b) { return a + b; }); break;
-    case ReduceOp::kMin: run([](float a, float b) { return std::min(a, b); }); break;
-    case ReduceOp::kMax: run([](float a, float b) { return std::max(a, b); }); break;
-    case ReduceOp::kProduct: run([](float a, float b) { return a * b; }); break;
+    case ReduceOp::kAverage:
+      run([](float a, float b) { return a + b; });
+      break;
+    case ReduceOp::kMin:
+      run([](float a, float b) { return std::min(a, b); });
+      break;
+    case ReduceOp::kMax:
+      run([](float a, float b) { return std::max(a, b); });
+      break;
+    case ReduceOp::kProduct:
+      run([](float a, float b) { return a * b; });
+      break;
   }
 }
 
@@ -146,16 +168,24 @@ void scale_16(void* buf, std::size_t n, double factor) {
 
 void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::kFloat32: return reduce_native<float>(dst, src, count, op);
-    case DataType::kFloat64: return reduce_native<double>(dst, src, count, op);
-    case DataType::kFloat16: return reduce_16<half_to_float, float_to_half>(dst, src, count, op);
+    case DataType::kFloat32:
+      return reduce_native<float>(dst, src, count, op);
+    case DataType::kFloat64:
+      return reduce_native<double>(dst, src, count, op);
+    case DataType::kFloat16:
+      return reduce_16<half_to_float, float_to_half>(dst, src, count, op);
     case DataType::kBFloat16:
       return reduce_16<bfloat16_to_float, float_to_bfloat16>(dst, src, count, op);
-    case DataType::kInt8: return reduce_native<std::int8_t>(dst, src, count, op);
-    case DataType::kUInt8: return reduce_native<std::uint8_t>(dst, src, count, op);
-    case DataType::kInt32: return reduce_native<std::int32_t>(dst, src, count, op);
-    case DataType::kInt64: return reduce_native<std::int64_t>(dst, src, count, op);
-    case DataType::kBool: return reduce_bool(dst, src, count, op);
+    case DataType::kInt8:
+      return reduce_native<std::int8_t>(dst, src, count, op);
+    case DataType::kUInt8:
+      return reduce_native<std::uint8_t>(dst, src, count, op);
+    case DataType::kInt32:
+      return reduce_native<std::int32_t>(dst, src, count, op);
+    case DataType::kInt64:
+      return reduce_native<std::int64_t>(dst, src, count, op);
+    case DataType::kBool:
+      return reduce_bool(dst, src, count, op);
   }
 }
 
@@ -174,14 +204,20 @@ void scale(void* buf, std::size_t count, DataType dtype, double factor, double d
       for (std::size_t i = 0; i < count; ++i) p[i] *= ratio;
       return;
     }
-    case DataType::kFloat16: return scale_16<half_to_float, float_to_half>(buf, count, ratio);
+    case DataType::kFloat16:
+      return scale_16<half_to_float, float_to_half>(buf, count, ratio);
     case DataType::kBFloat16:
       return scale_16<bfloat16_to_float, float_to_bfloat16>(buf, count, ratio);
-    case DataType::kInt8: return scale_int<std::int8_t>(buf, count, factor, divisor);
-    case DataType::kUInt8: return scale_int<std::uint8_t>(buf, count, factor, divisor);
-    case DataType::kInt32: return scale_int<std::int32_t>(buf, count, factor, divisor);
-    case DataType::kInt64: return scale_int<std::int64_t>(buf, count, factor, divisor);
-    case DataType::kBool: return;
+    case DataType::kInt8:
+      return scale_int<std::int8_t>(buf, count, factor, divisor);
+    case DataType::kUInt8:
+      return scale_int<std::uint8_t>(buf, count, factor, divisor);
+    case DataType::kInt32:
+      return scale_int<std::int32_t>(buf, count, factor, divisor);
+    case DataType::kInt64:
+      return scale_int<std::int64_t>(buf, count, factor, divisor);
+    case DataType::kBool:
+      return;
   }
 }
 
