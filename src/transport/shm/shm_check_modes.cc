@@ -122,6 +122,16 @@ void run_bench(Communicator* comm) {
     return MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                          MPI_COMM_WORLD) == MPI_SUCCESS;
   });
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
+    const std::size_t n16 = bytes / 2;
+    if (void* region = comm->fusion_buffer(bytes)) {
+      std::fill_n(static_cast<std::uint16_t*>(region), n16, std::uint16_t{0x3c00});
+      const std::string what =
+          std::string("shm allreduce 64 MiB ") + dtype_name(dt) + ", zero-copy";
+      time_it(comm, what.c_str(), bytes, iterations,
+              [&] { return comm->allreduce(region, n16, dt, ReduceOp::kSum, soon()).ok(); });
+    }
+  }
   float x = 1;
   time_it(comm, "shm allreduce 1 f32 (latency)", 4, 2000,
           [&] { return comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, soon()).ok(); });
