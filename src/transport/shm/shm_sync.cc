@@ -4,6 +4,7 @@
 #include "transport/shm/shm_sync.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -55,7 +56,11 @@ std::string seconds_string(Clock::duration d) {
 }  // namespace
 
 Barrier::Barrier(const Segment* segment, int rank, int size)
-    : seg_(segment), rank_(rank), size_(size) {}
+    : seg_(segment), rank_(rank), size_(size) {
+  cpu_set_t cpus;
+  const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  oversubscribed_ = usable > 0 && size > usable;
+}
 
 std::string Barrier::rank_list(const std::vector<int>& ranks) {
   constexpr std::size_t kShown = 16;
@@ -122,7 +127,11 @@ Status Barrier::sync(const char* op, Deadline deadline) {
   for (;;) {
     if (all_arrived(e)) return Status::OK();
     if (Clock::now() - start >= kSpin) break;
-    for (int i = 0; i < 8; ++i) cpu_relax();
+    if (oversubscribed_) {
+      sched_yield();  // the rank we wait for may be waiting for this core
+    } else {
+      for (int i = 0; i < 8; ++i) cpu_relax();
+    }
   }
 
   auto next_check = Clock::now();

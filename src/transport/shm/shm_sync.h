@@ -1,12 +1,13 @@
 // The shm transport's barrier: per-rank epoch counters in the segment, a futex to sleep
 // on, deadlines, dead-rank detection and failure broadcast.
 //
-// arrive(): rank r stores epoch e in its slot (release), bumps the wake word and calls
-// FUTEX_WAKE only when the sleeper count says someone may be asleep. wait(): spin ~30 us
-// (pause) until every slot >= e, then sleep in FUTEX_WAIT with a 20 ms timeout in a loop.
-// The sleeper count is raised before the last check of the slots and the arriving rank
-// reads it after storing its epoch (both sequentially consistent), so a wake-up cannot be
-// lost; a stale wake word makes FUTEX_WAIT return at once.
+// sync(): rank r stores epoch e in its slot, bumps the wake word and calls FUTEX_WAKE only
+// when the sleeper count says someone may be asleep. Then it spins ~30 us (pause, or
+// sched_yield when ranks outnumber usable CPUs) until every slot >= e, then sleeps in
+// FUTEX_WAIT with a 20 ms timeout, in a loop. The sleeper count is raised before the last
+// check of the slots and the arriving rank reads it after storing its epoch (both
+// sequentially consistent), so a wake-up cannot be lost; a stale wake word makes
+// FUTEX_WAIT return at once.
 //
 // Failure: while waiting, the liveness locks of the missing ranks are checked every
 // 20 ms (a free lock = the process exited: fail at once), and the deadline bounds the
@@ -53,6 +54,7 @@ class Barrier {
   const Segment* seg_;
   const int rank_;
   const int size_;
+  bool oversubscribed_ = false;  // more ranks than CPUs this process may run on
   std::uint64_t epoch_ = 0;
   std::string broken_;
   std::vector<int> missing_;  // scratch
