@@ -6,7 +6,8 @@
 # goals of docs/benchmarks.md.
 #
 #   bench/compare.sh [--build-dir build] [--ranks "2 4"] [--max-bytes 268435456]
-#                    [--repeat 1] [--quick] [--out DIR]
+#                    [--repeat 1] [--quick] [--only stream,allreduce,gradients,latency]
+#                    [--out DIR]
 #
 # Builds nothing: expects kolorun, kolo_bench, kolo_peer_mpi_allreduce and kolo_peer_stream
 # in BUILD/bin (cmake --build BUILD --target kolorun kolo_bench kolo_peer_mpi_allreduce
@@ -29,6 +30,7 @@ quick=0
 out=""
 stream_mib=1024
 grad_iters=10
+only="stream,allreduce,gradients,latency"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build="$(cd "$2" && pwd)"; shift 2 ;;
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --repeat) repeat="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --out) out="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -72,28 +75,41 @@ run() {  # run NAME CMD...: logs the command and its output; a failure stops the
 {
   echo "date: $(date -Is)"
   echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
-  echo "git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null) $(git -C "$root" status --porcelain 2>/dev/null | grep -c . || true) changed files"
+  src="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null || true)"
+  echo "build: $build (source $src, git $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo none)," \
+       "$(git -C "$src" status --porcelain -uno 2>/dev/null | grep -c . || true) modified tracked files)"
   echo "env: $(env | grep '^KOLO_' | tr '\n' ' ')"
   echo "args: ranks=[$ranks] max_bytes=$max_bytes step=$step repeat=$repeat quick=$quick"
 } | tee "$log"
 
-run stream "$bin/kolo_peer_stream" --mib "$stream_mib" --json "$out/stream.json"
-for n in $ranks; do
-  for r in $(seq 1 "$repeat"); do
-    run "kolo np$n r$r" "$bin/kolorun" -np "$n" "$bin/kolo_bench" allreduce "${sweep[@]}" \
-      --json "$out/kolo_np${n}_r$r.json"
-    run "mpi np$n r$r" "${mpirun[@]}" -np "$n" "$bin/kolo_peer_mpi_allreduce" "${sweep[@]}" \
-      --json "$out/mpi_np${n}_r$r.json"
-    run "gloo np$n r$r" "$python" "$here/peers/torch_allreduce.py" -np "$n" "${sweep[@]}" \
-      --json "$out/gloo_np${n}_r$r.json"
+want() { [[ ",$only," == *",$1,"* ]]; }
+
+if want stream; then
+  run stream "$bin/kolo_peer_stream" --mib "$stream_mib" --json "$out/stream.json"
+fi
+if want allreduce; then
+  for n in $ranks; do
+    for r in $(seq 1 "$repeat"); do
+      run "kolo np$n r$r" "$bin/kolorun" -np "$n" "$bin/kolo_bench" allreduce "${sweep[@]}" \
+        --json "$out/kolo_np${n}_r$r.json"
+      run "mpi np$n r$r" "${mpirun[@]}" -np "$n" "$bin/kolo_peer_mpi_allreduce" "${sweep[@]}" \
+        --json "$out/mpi_np${n}_r$r.json"
+      run "gloo np$n r$r" "$python" "$here/peers/torch_allreduce.py" -np "$n" "${sweep[@]}" \
+        --json "$out/gloo_np${n}_r$r.json"
+    done
   done
-done
+fi
 for r in $(seq 1 "$repeat"); do
-  for model in resnet50 bert-base; do
-    run "gradients $model r$r" "$bin/kolorun" -np 2 "$bin/kolo_bench" gradients --model "$model" \
-      --iters "$grad_iters" --json "$out/gradients_${model}_r$r.json"
-  done
-  run "latency r$r" "$bin/kolorun" -np 2 "$bin/kolo_bench" latency --json "$out/latency_np2_r$r.json"
+  if want gradients; then
+    for model in resnet50 bert-base; do
+      run "gradients $model r$r" "$bin/kolorun" -np 2 "$bin/kolo_bench" gradients \
+        --model "$model" --iters "$grad_iters" --json "$out/gradients_${model}_r$r.json"
+    done
+  fi
+  if want latency; then
+    run "latency r$r" "$bin/kolorun" -np 2 "$bin/kolo_bench" latency \
+      --json "$out/latency_np2_r$r.json"
+  fi
 done
 
 echo

@@ -111,15 +111,18 @@ def main():
         step = statistics.median(r["step_time_us_median"] for r in runs)
         single = statistics.median(r["single_time_us_median"] for r in runs)
         ratios = [r["ratio_step_single"] for r in runs]
+        pairs = [r.get("ratio_step_single_pairs_median") for r in runs]
         g = {"tensors": runs[0]["tensors"], "parameters": runs[0]["parameters"],
              "bytes": runs[0]["bytes"], "ranks": runs[0]["ranks"], "step_time_us_median": step,
              "single_time_us_median": single, "ratio_step_single_median": statistics.median(ratios),
-             "ratios": ratios, "peak_rss_mib": [x / 1024 for x in runs[-1]["peak_rss_kib"]]}
+             "ratios": ratios, "pair_ratio_medians": pairs, "peak_rss_mib": [x / 1024 for x in runs[-1]["peak_rss_kib"]]}
         summary["gradients"][model] = g
         print("\ngradients %s (%d ranks): %d tensors, %d parameters; step %.1f ms, single allreduce "
-              "%.1f ms, step/single %.3f (per repeat: %s); peak RSS %s MiB" % (
+              "%.1f ms, step/single %.3f (per repeat: %s; median of paired iterations: %s); peak RSS "
+              "%s MiB" % (
                   model, g["ranks"], g["tensors"], g["parameters"], step / 1e3, single / 1e3,
                   g["ratio_step_single_median"], ", ".join("%.3f" % r for r in ratios),
+                  ", ".join(fmt(p) for p in pairs),
                   "/".join("%.0f" % x for x in g["peak_rss_mib"])))
         goals.append(("%s step/single <= 1.15" % model, g["ratio_step_single_median"], 1.15, False))
 
