@@ -26,7 +26,7 @@ void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, 
 // (reduce_many.cc); shm's allreduce spends its time here.
 void reduce_many(void* dst, const void* const* srcs, int nsrc, std::size_t count, DataType dtype,
                  ReduceOp op);
-// reduce_many without CPU-specific paths (float16 through F16C where the CPU has it): what
+// reduce_many without CPU-specific paths (float16/bfloat16 through AVX2+F16C): what
 // runs on CPUs without them; for the tests.
 void reduce_many_portable(void* dst, const void* const* srcs, int nsrc, std::size_t count,
                           DataType dtype, ReduceOp op);
