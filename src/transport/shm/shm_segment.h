@@ -14,7 +14,8 @@
 // Liveness: every rank holds an open-file-description lock (F_OFD_SETLK) on byte `rank`
 // of the segment's file for as long as its Segment lives. The kernel drops it when the
 // process dies (also as a zombie, and across PID namespaces), so "lock free" means "rank
-// gone"; kill(pid, 0) alone would miss both cases.
+// gone"; kill(pid, 0) alone would miss both cases. (It is a second signal, for the case
+// of a forked child that inherited the file and so keeps a dead parent's lock held.)
 //
 // Not for: synchronisation or collectives (shm_sync.h, shm_communicator.cc).
 #pragma once

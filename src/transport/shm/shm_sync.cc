@@ -5,10 +5,12 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -60,6 +62,21 @@ Barrier::Barrier(const Segment* segment, int rank, int size)
   cpu_set_t cpus;
   const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
   oversubscribed_ = usable > 0 && size > usable;
+  // kill(pid, 0) is a second death signal, for peers whose pid this process can see now
+  // (not in another PID namespace): a forked child that inherited the segment's file
+  // keeps a dead parent's liveness lock held.
+  pid_visible_.resize(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const pid_t pid = at(seg_->slot(r).pid).load(std::memory_order_relaxed);
+    pid_visible_[r] = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+  }
+}
+
+bool Barrier::gone(int r) const {
+  if (!seg_->alive(r)) return true;
+  if (!pid_visible_[r]) return false;
+  const pid_t pid = at(seg_->slot(r).pid).load(std::memory_order_relaxed);
+  return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 std::string Barrier::rank_list(const std::vector<int>& ranks) {
@@ -154,7 +171,7 @@ Status Barrier::sync(const char* op, Deadline deadline) {
       for (int r = 0; r < size_; ++r) {
         if (at(seg_->slot(r).epoch).load(std::memory_order_seq_cst) >= e) continue;
         missing_.push_back(r);
-        if (!seg_->alive(r)) {
+        if (gone(r)) {
           dead.push_back(r);
           if (!pids.empty()) pids += ", ";
           pids += std::to_string(at(seg_->slot(r).pid).load(std::memory_order_relaxed));

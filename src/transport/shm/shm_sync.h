@@ -9,11 +9,11 @@
 // sequentially consistent), so a wake-up cannot be lost; a stale wake word makes
 // FUTEX_WAIT return at once.
 //
-// Failure: while waiting, the liveness locks of the missing ranks are checked every
-// 20 ms (a free lock = the process exited: fail at once), and the deadline bounds the
-// wait. The first rank that fails writes its message into the segment's Abort area and
-// wakes everyone, so the other ranks fail at once too, quoting it. After a failure the
-// barrier stays broken.
+// Failure: while waiting, the liveness of the missing ranks is checked every 20 ms (a free
+// liveness lock, see shm_segment.h, or a pid that no longer exists = the process exited:
+// fail at once), and the deadline bounds the wait. The first rank that fails writes its
+// message into the segment's Abort area and wakes everyone, so the other ranks fail at
+// once too, quoting it. After a failure the barrier stays broken.
 //
 // Not for: data movement (shm_communicator.cc). One thread per rank uses a Barrier.
 #pragma once
@@ -46,6 +46,8 @@ class Barrier {
 
  private:
   bool all_arrived(std::uint64_t epoch) const;
+  // Rank r's process is gone: its liveness lock is free, or its pid no longer exists.
+  bool gone(int r) const;
   Status fail(const char* op, std::string message);
   // A failure another rank published in the segment, if any.
   bool aborted(const char* op, Status* out);
@@ -54,7 +56,8 @@ class Barrier {
   const Segment* seg_;
   const int rank_;
   const int size_;
-  bool oversubscribed_ = false;  // more ranks than CPUs this process may run on
+  bool oversubscribed_ = false;    // more ranks than CPUs this process may run on
+  std::vector<bool> pid_visible_;  // kill(pid, 0) can tell whether rank r's process lives
   std::uint64_t epoch_ = 0;
   std::string broken_;
   std::vector<int> missing_;  // scratch
