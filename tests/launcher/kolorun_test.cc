@@ -138,8 +138,8 @@ TEST(Kolorun, HelpListsEveryVariableWithItsDefault) {
   ASSERT_EQ(r.status, 0) << r.err;
   for (const auto* table : {&core::config_options(), &core::launcher_variables()}) {
     for (const auto& v : *table) {
-      EXPECT_TRUE(contains(r.out, std::string(v.name) + " (default: " + v.default_value + ")"))
-          << v.name;
+      const std::string value = *v.default_value ? v.default_value : "unset";
+      EXPECT_TRUE(contains(r.out, std::string(v.name) + " (default: " + value + ")")) << v.name;
     }
   }
   for (const char* option : {"--np", "-H,--hosts", "--hostfile", "--mpi", "--grace-seconds",
