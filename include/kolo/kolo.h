@@ -37,6 +37,9 @@ struct AllreduceOptions {
   double prescale_factor = 1.0;      // multiplies the input before the reduction
   double postscale_factor = 1.0;     // multiplies the result (after averaging)
   int process_set = kGlobalProcessSet;
+  // kFP16/kBF16: float32/float64 tensors are reduced as float16/bfloat16 (half the
+  // bytes; sums lose precision). Every rank must pass the same value.
+  Compression compression = Compression::kNone;
 };
 
 struct AllgatherOptions {

@@ -103,8 +103,6 @@ std::vector<torch::IValue> allgather_object(const torch::IValue& value, const st
 
 // --- DistributedOptimizer -------------------------------------------------------------------
 
-enum class Compression { kNone, kFP16, kBF16 };
-
 struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;      // kAverage or kSum across ranks
   int backward_passes_per_step = 1;      // local accumulation: communicate on the last pass

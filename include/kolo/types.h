@@ -46,6 +46,11 @@ const char* device_kind_name(DeviceKind kind);
 enum class ReduceOp : std::uint8_t { kSum, kAverage, kMin, kMax, kProduct };
 const char* reduce_op_name(ReduceOp op);
 
+// Wire format of float32/float64 allreduces (Horovod's fp16 compression): tensors are
+// converted while packed for the transport and back while unpacked. Other dtypes travel
+// as they are.
+enum class Compression : std::uint8_t { kNone, kFP16, kBF16 };
+
 // A caller-owned, contiguous, row-major tensor. kolo reads or writes `data` only between
 // the call that receives the view and the completion of the returned handle.
 struct TensorView {

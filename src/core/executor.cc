@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/convert.h"
 #include "common/reduce.h"
 #include "core/negotiation.h"
 
@@ -169,7 +170,8 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
       entries[k] = nullptr;
     }
   }
-  const std::size_t elem = dtype_size(first.dtype);
+  const DataType wire = first.wire_dtype;
+  const std::size_t elem = dtype_size(wire);
   std::size_t total = 0;
   for (const auto& item : items) {
     for (const auto& shape : item.response->shapes) total += static_cast<std::size_t>(numel(shape));
@@ -183,17 +185,17 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
       const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
       std::byte* dst = base + offset * elem;
       if (entries[k]) {
-        if (count) std::memcpy(dst, entries[k]->inputs[i].data, count * elem);
+        // Copy (or compress) and prescale in one pass.
+        convert_scaled(entries[k]->inputs[i].data, r.dtype, dst, wire, count, r.prescale);
       } else {
         std::memset(dst, 0, count * elem);  // a joined rank contributes zeros
       }
-      if (r.prescale != 1.0) scale(dst, count, r.dtype, r.prescale);
       offset += count;
     }
   }
 
   times->comm_start = ExecTimes::Clock::now();
-  KOLO_RETURN_IF_ERROR(comm.allreduce(base, total, first.dtype, wire_op(first.reduce_op), deadline));
+  KOLO_RETURN_IF_ERROR(comm.allreduce(base, total, wire, wire_op(first.reduce_op), deadline));
   times->comm_end = ExecTimes::Clock::now();
 
   offset = 0;
@@ -203,8 +205,9 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
       const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
       std::byte* src = base + offset * elem;
       if (entries[k] && count) {
-        finish_scaling(src, count, r, comm.size());
-        std::memcpy(entries[k]->outputs[i].data, src, count * elem);
+        // Average and postscale while copying (or decompressing) out.
+        const double divisor = r.reduce_op == ReduceOp::kAverage ? comm.size() : 1.0;
+        convert_scaled(src, wire, entries[k]->outputs[i].data, r.dtype, count, r.postscale, divisor);
       }
       offset += count;
     }

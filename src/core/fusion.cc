@@ -7,8 +7,10 @@ bool fusable(const Response& r) { return r.op == OpType::kAllreduce && !r.is_err
 
 ReduceOp wire(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
+// The buffer holds wire dtypes: a float32 tensor compressed to float16 fuses with float16
+// tensors.
 bool compatible(const Response& a, const Response& b) {
-  return a.dtype == b.dtype && a.device == b.device && wire(a.reduce_op) == wire(b.reduce_op);
+  return a.wire_dtype == b.wire_dtype && a.device == b.device && wire(a.reduce_op) == wire(b.reduce_op);
 }
 
 }  // namespace
@@ -23,6 +25,11 @@ std::int64_t allreduce_bytes(const Response& r) {
   return total;
 }
 
+std::int64_t wire_bytes(const Response& r) {
+  return allreduce_bytes(r) / static_cast<std::int64_t>(dtype_size(r.dtype)) *
+         static_cast<std::int64_t>(dtype_size(r.wire_dtype));
+}
+
 std::vector<FusionGroup> plan_fusion(const std::vector<Response>& responses,
                                      std::int64_t threshold_bytes) {
   std::vector<FusionGroup> groups;
@@ -33,14 +40,14 @@ std::vector<FusionGroup> plan_fusion(const std::vector<Response>& responses,
     groups.push_back({i});
     const Response& first = responses[i];
     if (threshold_bytes <= 0 || !fusable(first)) continue;
-    std::int64_t bytes = allreduce_bytes(first);
+    std::int64_t bytes = wire_bytes(first);
     if (bytes > threshold_bytes) continue;
     for (std::size_t j = i + 1; j < responses.size(); ++j) {
       const Response& next = responses[j];
       if (next.is_error()) continue;  // runs nothing on the wire
       if (!fusable(next)) break;  // barriers, joins and other ops keep their order
       if (placed[j] || !compatible(first, next)) continue;
-      const std::int64_t b = allreduce_bytes(next);
+      const std::int64_t b = wire_bytes(next);
       if (bytes + b > threshold_bytes) continue;
       bytes += b;
       placed[j] = true;

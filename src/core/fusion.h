@@ -2,10 +2,10 @@
 //
 // A training step submits hundreds of gradients, most of them small; one collective per
 // tensor would make each pay the transport's latency. Allreduces that are ready in the
-// same cycle, have the same dtype, device kind and wire reduction (average travels as a
-// sum), are packed into one buffer of at most KOLO_FUSION_THRESHOLD bytes and reduced
+// same cycle, have the same wire dtype (the dtype, or float16/bfloat16 for compressed
+// float32/float64), device kind and wire reduction (average travels as a sum), are packed into one buffer of at most KOLO_FUSION_THRESHOLD bytes and reduced
 // once. Scaling (prescale, average, postscale) differs per tensor and is applied while
-// packing and unpacking, so it does not prevent fusion.
+// packing and unpacking, so it does not prevent fusion; so is compression.
 //
 // Pure: takes the response list every rank received and returns the same plan on every
 // rank. Not for: moving bytes (executor.h).
@@ -22,8 +22,10 @@ namespace kolo::core {
 // of one is executed on its own (any op); a larger group is a fused allreduce.
 using FusionGroup = std::vector<std::size_t>;
 
-// Bytes of an allreduce response's tensors (all of a grouped allreduce's shapes).
+// Bytes of an allreduce response's tensors (all of a grouped allreduce's shapes), and
+// the bytes they take in the fusion buffer (in the wire dtype: compression halves them).
 std::int64_t allreduce_bytes(const Response& r);
+std::int64_t wire_bytes(const Response& r);
 
 // Groups `responses` in order. Starting at the first response not yet placed, a group
 // collects later allreduces compatible with it while their total stays within

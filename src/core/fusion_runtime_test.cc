@@ -2,6 +2,7 @@
 // for every dtype and op, mixed dtypes and scalings in one cycle, and thresholds that cut
 // a cycle into several fused buffers. Ranks are threads over the inproc transport, whose
 // reduction order does not depend on buffer offsets, so results must be bit-identical.
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -128,6 +129,72 @@ TEST_P(FusionRuntime, FusedValuesMatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, FusionRuntime, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+}  // namespace
+}  // namespace kolo::core
+
+namespace kolo::core {
+namespace {
+
+// Compressed allreduces (float32/float64 as float16/bfloat16 on the wire), alone and fused
+// with uncompressed and native float16 tensors: results within the wire type's precision
+// of the exact average, and a rank passing another compression gets a mismatch error.
+TEST(CompressionRuntime, CompressedAllreducesMatchTheReferenceWithinWirePrecision) {
+  for (std::int64_t threshold : {std::int64_t{0}, std::int64_t{64} << 20}) {
+    Config config = testing::test_config();
+    config.fusion_threshold_bytes = threshold;
+    testing::run_ranks(3, config, [&](int rank, Runtime& rt) {
+      rt.hold_requests(true);
+      struct Case {
+        Compression c;
+        DataType dtype;
+        Tensor t;
+        Handle h;
+      };
+      std::vector<Case> cases;
+      int k = 0;
+      for (Compression c : {Compression::kFP16, Compression::kBF16, Compression::kNone}) {
+        for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16}) {
+          Case x{c, dtype, Tensor(dtype, {257}), {}};
+          for (int i = 0; i < 257; ++i) testing::set_value(x.t.data(), dtype, i, 0.25 * (rank + 1) * (i % 17));
+          AllreduceOptions o;
+          o.name = "c" + std::to_string(k++);
+          o.op = ReduceOp::kAverage;
+          o.compression = c;
+          o.prescale_factor = 2.0;
+          x.h = rt.allreduce({x.t.view()}, {x.t.view()}, o, false);
+          cases.push_back(std::move(x));
+        }
+      }
+      rt.hold_requests(false);
+      for (auto& x : cases) {
+        x.h.wait();
+        const bool narrow = x.c != Compression::kNone || x.dtype == DataType::kFloat16;
+        const double tol = narrow ? (x.c == Compression::kBF16 ? 1e-2 : 2e-3) : 1e-6;
+        for (int i = 0; i < 257; ++i) {
+          const double want = 2.0 * 0.25 * (1 + 2 + 3) * (i % 17) / 3;
+          ASSERT_NEAR(testing::get_value(x.t.data(), x.dtype, i), want, tol * std::abs(want) + 1e-6)
+              << x.h.name() << " " << dtype_name(x.dtype) << " element " << i << " threshold " << threshold;
+        }
+      }
+    });
+  }
+}
+
+TEST(CompressionRuntime, MismatchedCompressionFailsOnEveryRankNamingIt) {
+  testing::run_ranks(2, testing::test_config(), [](int rank, Runtime& rt) {
+    std::vector<float> v(4, 1.0f);
+    AllreduceOptions o;
+    o.name = "grad.w";
+    o.compression = rank == 0 ? Compression::kFP16 : Compression::kNone;
+    Handle h = rt.allreduce({testing::view_of(v, DataType::kFloat32)}, {testing::view_of(v, DataType::kFloat32)}, o, false);
+    h.wait_for(std::chrono::seconds(20));
+    ASSERT_TRUE(h.poll());
+    EXPECT_FALSE(h.ok());
+    EXPECT_NE(h.error_message().find("compression"), std::string::npos) << h.error_message();
+    EXPECT_NE(h.error_message().find("grad.w"), std::string::npos) << h.error_message();
+  });
+}
 
 }  // namespace
 }  // namespace kolo::core

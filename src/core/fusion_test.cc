@@ -12,6 +12,7 @@ Response allreduce(const std::string& name, std::int64_t elements, DataType dtyp
   r.name = name;
   r.op = OpType::kAllreduce;
   r.dtype = dtype;
+  r.wire_dtype = dtype;
   r.reduce_op = op;
   r.shapes = {{elements}};
   return r;
@@ -51,6 +52,16 @@ TEST(FusionTest, LooksPastOtherDtypesButNotPastOtherOps) {
       other("bar", OpType::kBarrier), allreduce("f32c", 4),
       allreduce("f32d", 4)};
   EXPECT_EQ(plan_fusion(rs, 1 << 20), (Groups{{0, 2}, {1, 3}, {4}, {5, 6}}));
+}
+
+TEST(FusionTest, CompressedTensorsFuseByWireDtypeAndCountWireBytes) {
+  Response compressed = allreduce("f32-as-f16", 10);
+  compressed.wire_dtype = DataType::kFloat16;
+  EXPECT_EQ(wire_bytes(compressed), 20);
+  EXPECT_EQ(allreduce_bytes(compressed), 40);
+  const std::vector<Response> rs = {compressed, allreduce("f32", 10),
+                                    allreduce("f16", 10, DataType::kFloat16)};
+  EXPECT_EQ(plan_fusion(rs, 40), (Groups{{0, 2}, {1}}));
 }
 
 TEST(FusionTest, OversizedErrorAndNonAllreduceResponsesStayAlone) {

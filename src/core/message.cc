@@ -21,7 +21,8 @@ const char* op_name(OpType op) {
 bool Request::same_signature(const Request& o) const {
   return name == o.name && process_set == o.process_set && op == o.op && dtype == o.dtype && device == o.device &&
          reduce_op == o.reduce_op && root == o.root && prescale == o.prescale &&
-         postscale == o.postscale && shapes == o.shapes && splits == o.splits;
+         postscale == o.postscale && wire_dtype == o.wire_dtype && shapes == o.shapes &&
+         splits == o.splits;
 }
 
 namespace {
@@ -102,12 +103,13 @@ constexpr std::uint8_t kResponsesMagic = 0x52;  // 'R'
 // Enum fields arrive as bytes; reject values no enumerator has.
 bool valid(const Request& r) {
   return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
-         r.device <= DeviceKind::kCUDA && r.reduce_op <= ReduceOp::kProduct;
+         static_cast<int>(r.wire_dtype) < kNumDataTypes && r.device <= DeviceKind::kCUDA &&
+         r.reduce_op <= ReduceOp::kProduct;
 }
 bool valid(const Response& r) {
   return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
-         r.device <= DeviceKind::kCUDA && r.reduce_op <= ReduceOp::kProduct &&
-         r.error_code >= ErrorCode::kOk && r.error_code <= ErrorCode::kInternal;
+         static_cast<int>(r.wire_dtype) < kNumDataTypes && r.device <= DeviceKind::kCUDA &&
+         r.reduce_op <= ReduceOp::kProduct && r.error_code >= ErrorCode::kOk && r.error_code <= ErrorCode::kInternal;
 }
 bool valid(ErrorCode c) { return c >= ErrorCode::kOk && c <= ErrorCode::kInternal; }
 
@@ -132,6 +134,7 @@ std::string encode_requests(const std::vector<Request>& requests) {
     w.pod(r.root);
     w.pod(r.prescale);
     w.pod(r.postscale);
+    w.pod(r.wire_dtype);
     w.shapes(r.shapes);
     w.vec(r.splits);
   }
@@ -148,7 +151,7 @@ Status decode_requests(const std::string& bytes, std::vector<Request>* out) {
     Request r;
     if (!rd.pod(&r.rank) || !rd.pod(&r.process_set) || !rd.str(&r.name) || !rd.pod(&r.op) || !rd.pod(&r.dtype) ||
         !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
-        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.shapes(&r.shapes) ||
+        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) || !rd.shapes(&r.shapes) ||
         !rd.vec(&r.splits) || !valid(r)) {
       return corrupt("request");
     }
@@ -180,6 +183,7 @@ std::string encode_response_list(const ResponseList& list) {
     w.pod(r.root);
     w.pod(r.prescale);
     w.pod(r.postscale);
+    w.pod(r.wire_dtype);
     w.shapes(r.shapes);
     w.vec(r.first_dims);
     w.vec(r.splits);
@@ -214,7 +218,7 @@ Status decode_response_list(const std::string& bytes, ResponseList* out) {
     Response r;
     if (!rd.pod(&r.op) || !rd.str(&r.name) || !rd.pod(&r.error_code) || !rd.str(&r.error) ||
         !rd.pod(&r.dtype) || !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
-        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.shapes(&r.shapes) ||
+        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) || !rd.shapes(&r.shapes) ||
         !rd.vec(&r.first_dims) || !rd.vec(&r.splits) || !rd.vec(&r.joined_ranks) ||
         !rd.pod(&r.last_joined) || !valid(r)) {
       return corrupt("response");

@@ -40,6 +40,7 @@ struct Request {
   std::int32_t root = 0;
   double prescale = 1.0;
   double postscale = 1.0;
+  DataType wire_dtype = DataType::kFloat32;  // allreduce: dtype on the wire (compression)
   std::vector<Shape> shapes;         // one per tensor; grouped allreduce has several
   std::vector<std::int64_t> splits;  // alltoall; empty = equal parts
 
@@ -58,6 +59,7 @@ struct Response {
   std::int32_t root = 0;
   double prescale = 1.0;
   double postscale = 1.0;
+  DataType wire_dtype = DataType::kFloat32;  // allreduce: dtype on the wire (compression)
   std::vector<Shape> shapes;               // allreduce/broadcast/reducescatter (same on all ranks)
   std::vector<std::int64_t> first_dims;    // allgather: dim 0 of each rank
   std::vector<std::int64_t> splits;        // alltoall: size x size, row r = rank r's splits

@@ -201,6 +201,7 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
   resp.root = first.root;
   resp.prescale = first.prescale;
   resp.postscale = first.postscale;
+  resp.wire_dtype = first.wire_dtype;
 
   std::string msg;
   switch (first.op) {
@@ -215,6 +216,10 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
       } else if (!all_same(reqs, [](const Request& r) { return r.postscale; })) {
         msg = "Mismatched postscale factors for " + what + ": " +
               by_value(reqs, [](const Request& r) { return num(r.postscale); }) + ".";
+      } else if (!all_same(reqs, [](const Request& r) { return r.wire_dtype; })) {
+        msg = "Mismatched compression for " + what + " (wire dtype): " +
+              by_value(reqs, [](const Request& r) { return std::string(dtype_name(r.wire_dtype)); }) +
+              ". Every rank must pass the same AllreduceOptions::compression.";
       } else if (first.op == OpType::kReducescatter &&
                  !(first.reduce_op == ReduceOp::kSum || first.reduce_op == ReduceOp::kAverage)) {
         return error(first, ErrorCode::kInvalidArgument,

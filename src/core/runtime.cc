@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/convert.h"
 #include "common/logging.h"
 #include "core/controller.h"
 #include "core/autotune.h"
@@ -143,6 +144,7 @@ Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
   r.reduce_op = o.op;
   r.prescale = o.prescale_factor;
   r.postscale = o.postscale_factor;
+  r.wire_dtype = wire_dtype(r.dtype, o.compression);
   return enqueue(std::move(r), inputs, outputs);
 }
 
@@ -155,6 +157,7 @@ Request single(OpType op, const std::string& name, const TensorView& t, int proc
   r.op = op;
   r.name = name;
   r.dtype = t.dtype;
+  r.wire_dtype = t.dtype;
   r.device = t.device;
   r.shapes = {t.shape};
   return r;
@@ -292,12 +295,13 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
   Status s;
   std::vector<Status> item_status(items.size());
   ExecTimes times;
-  if (items.size() == 1) {
+  const Response& only = *items[0].response;
+  if (items.size() == 1 && only.wire_dtype == only.dtype) {
     s = execute_response(comm, *items[0].response, items[0].entry, deadline, &times);
   } else {
     s = execute_fused(comm, items, buffer, deadline, &item_status, &times);
     std::lock_guard<std::mutex> lock(mu_);
-    fused_responses_ += items.size();
+    if (items.size() > 1) fused_responses_ += items.size();
   }
   const bool timeline = timeline_.active();
   for (std::size_t k = 0; k < items.size(); ++k) {

@@ -23,20 +23,6 @@ struct DistributedOptimizer::Param {
   TorchHandle handle;
 };
 
-namespace {
-
-torch::ScalarType wire_type(Compression c, torch::ScalarType t) {
-  if (!c10::isFloatingType(t)) return t;
-  switch (c) {
-    case Compression::kFP16: return torch::kHalf;
-    case Compression::kBF16: return torch::kBFloat16;
-    case Compression::kNone: return t;
-  }
-  return t;
-}
-
-}  // namespace
-
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                            const NamedTensors& named_parameters,
                                            DistributedOptimizerOptions options)
@@ -127,8 +113,9 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor grad) {
     o.prescale_factor = 1.0 / options_.gradient_predivide_factor;
     o.postscale_factor = options_.gradient_predivide_factor;
   }
-  const auto wire = wire_type(options_.compression, grad.scalar_type());
-  p.handle = allreduce_async(wire == grad.scalar_type() ? grad : grad.to(wire), o);
+  // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
+  o.compression = options_.compression;
+  p.handle = allreduce_async(grad, o);
   p.submitted = true;
 }
 
