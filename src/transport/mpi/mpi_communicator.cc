@@ -11,14 +11,45 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <utility>
 
+#include "common/logging.h"
 #include "transport/mpi/mpi_internal.h"
 
 namespace kolo::transport {
 
 Status create_mpi_communicator(std::unique_ptr<Communicator>* out) {
-  return mpi::MpiCommunicator::create(out);
+  return mpi::MpiCommunicator::create(MpiOptions{}, out);
+}
+
+Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Communicator>* out) {
+  return mpi::MpiCommunicator::create(options, out);
+}
+
+MpiOptions mpi_options_from_env() {
+  MpiOptions o;
+  if (const char* h = std::getenv("KOLO_TEST_HOSTS"); h && *h) {
+    char* end = nullptr;
+    const long v = std::strtol(h, &end, 10);
+    if (end != h && *end == '\0' && v > 0 && v <= INT_MAX) {
+      o.test_hosts = static_cast<int>(v);
+    } else {
+      KOLO_LOG(kWarning, "mpi") << "ignoring KOLO_TEST_HOSTS=" << h
+                                << ": expected a positive number of hosts";
+    }
+  }
+  return o;
+}
+
+Status split_mpi_communicator(Communicator& world, MpiGroup group,
+                              std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks) {
+  auto* mpi = dynamic_cast<mpi::MpiCommunicator*>(&world);
+  if (mpi == nullptr) {
+    return InvalidArgument(std::string("split_mpi_communicator: the communicator is '") +
+                           world.name() + "', not one made by create_mpi_communicator");
+  }
+  return mpi->split(group, out, world_ranks);
 }
 
 namespace mpi {
@@ -51,14 +82,14 @@ const char* thread_level_name(int level) {
 
 }  // namespace
 
-Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
+Status MpiCommunicator::create(const MpiOptions& options, std::unique_ptr<Communicator>* out) {
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator());
-  KOLO_RETURN_IF_ERROR(comm->init());
+  KOLO_RETURN_IF_ERROR(comm->init(options));
   *out = std::move(comm);
   return Status::OK();
 }
 
-Status MpiCommunicator::init() {
+Status MpiCommunicator::init(const MpiOptions& options) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) {
@@ -101,20 +132,30 @@ Status MpiCommunicator::init() {
   MPI_Comm_rank(comm_, &topology_.rank);
   MPI_Comm_size(comm_, &topology_.size);
 
-  MPI_Comm local = MPI_COMM_NULL;
-  rc = MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, topology_.rank, MPI_INFO_NULL, &local);
-  if (rc != MPI_SUCCESS) return setup_failed("MPI_Comm_split_type", rc);
-  MPI_Comm_rank(local, &topology_.local_rank);
-  MPI_Comm_size(local, &topology_.local_size);
-  MPI_Comm_free(&local);
+  const int hosts = options.test_hosts;
+  if (hosts > topology_.size) {
+    // Every rank sees the same value (mpirun -x), so every rank fails here alike.
+    return InvalidArgument("mpi: KOLO_TEST_HOSTS=" + std::to_string(hosts) + " but there are only " +
+                           std::to_string(topology_.size) + " ranks (test-only: at most one host per rank)");
+  }
+  if (hosts > 0) {
+    // Test-only fake hosts: contiguous blocks of ranks (see MpiOptions::test_hosts).
+    const int host = static_cast<int>(static_cast<long long>(topology_.rank) * hosts / topology_.size);
+    rc = MPI_Comm_split(comm_, host, topology_.rank, &host_comm_);
+    if (rc != MPI_SUCCESS) return setup_failed("MPI_Comm_split", rc);
+  } else {
+    rc = MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, topology_.rank, MPI_INFO_NULL,
+                             &host_comm_);
+    if (rc != MPI_SUCCESS) return setup_failed("MPI_Comm_split_type", rc);
+  }
+  MPI_Comm_rank(host_comm_, &topology_.local_rank);
+  MPI_Comm_size(host_comm_, &topology_.local_size);
 
   // Ranks with the same local rank, one per host, ordered like the world ranks.
-  MPI_Comm cross = MPI_COMM_NULL;
-  rc = MPI_Comm_split(comm_, topology_.local_rank, topology_.rank, &cross);
+  rc = MPI_Comm_split(comm_, topology_.local_rank, topology_.rank, &cross_comm_);
   if (rc != MPI_SUCCESS) return setup_failed("MPI_Comm_split", rc);
-  MPI_Comm_rank(cross, &topology_.cross_rank);
-  MPI_Comm_size(cross, &topology_.cross_size);
-  MPI_Comm_free(&cross);
+  MPI_Comm_rank(cross_comm_, &topology_.cross_rank);
+  MPI_Comm_size(cross_comm_, &topology_.cross_size);
 
   rc = ops_.create();
   if (rc != MPI_SUCCESS) return setup_failed("MPI_Op_create", rc);
@@ -133,12 +174,65 @@ MpiCommunicator::~MpiCommunicator() {
   MPI_Initialized(&initialized);
   if (!initialized) return;
   ops_.free();
+  if (host_comm_ != MPI_COMM_NULL) MPI_Comm_free(&host_comm_);
+  if (cross_comm_ != MPI_COMM_NULL) MPI_Comm_free(&cross_comm_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   if (owns_mpi_) MPI_Finalize();
 }
 
+Status MpiCommunicator::split(MpiGroup group, std::unique_ptr<Communicator>* out,
+                              std::vector<int>* world_ranks) {
+  KOLO_RETURN_IF_ERROR(check_usable("split"));
+  const bool host = group == MpiGroup::kHost;
+  MPI_Comm from = host ? host_comm_ : cross_comm_;
+  if (from == MPI_COMM_NULL) {
+    return InvalidArgument(where("split") + ": only a communicator made by create_mpi_communicator "
+                                            "can be split");
+  }
+  std::unique_ptr<MpiCommunicator> sub(new MpiCommunicator());
+  KOLO_RETURN_IF_ERROR(sub->init_sub(from, host ? "mpi[host]" : "mpi[cross]"));
+  if (host) {
+    sub->topology_.local_rank = sub->topology_.rank;
+    sub->topology_.local_size = sub->topology_.size;
+  } else {
+    sub->topology_.cross_rank = sub->topology_.rank;
+    sub->topology_.cross_size = sub->topology_.size;
+  }
+  // The members' world ranks: translate 0..n-1 of the sub-communicator's group.
+  MPI_Group sub_group, world_group;
+  MPI_Comm_group(sub->comm_, &sub_group);
+  MPI_Comm_group(comm_, &world_group);
+  std::vector<int> members(static_cast<std::size_t>(sub->size()));
+  for (int i = 0; i < sub->size(); ++i) members[i] = i;
+  world_ranks->assign(members.size(), 0);
+  MPI_Group_translate_ranks(sub_group, sub->size(), members.data(), world_group,
+                            world_ranks->data());
+  MPI_Group_free(&sub_group);
+  MPI_Group_free(&world_group);
+  *out = std::move(sub);
+  return Status::OK();
+}
+
+Status MpiCommunicator::init_sub(MPI_Comm group, const char* label) {
+  label_ = label;
+  int rc = MPI_Comm_dup(group, &comm_);
+  if (rc != MPI_SUCCESS) {
+    broken_ = true;
+    return Internal(std::string(label) + ": MPI_Comm_dup failed: " + mpi_error_string(rc));
+  }
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &topology_.rank);
+  MPI_Comm_size(comm_, &topology_.size);
+  rc = ops_.create();
+  if (rc != MPI_SUCCESS) {
+    broken_ = true;
+    return Internal(std::string(label) + ": MPI_Op_create failed: " + mpi_error_string(rc));
+  }
+  return Status::OK();
+}
+
 std::string MpiCommunicator::where(const char* op) const {
-  return std::string("mpi ") + op + " on rank " + std::to_string(rank()) + " of " +
+  return std::string(label_) + " " + op + " on rank " + std::to_string(rank()) + " of " +
          std::to_string(size());
 }
 

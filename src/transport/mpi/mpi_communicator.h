@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/communicator.h"
@@ -24,5 +25,30 @@ namespace kolo::transport {
 // then at most once per process (MPI cannot be initialized again afterwards). Call it on
 // the thread that will make every later call. Blocks until every rank has called it.
 Status create_mpi_communicator(std::unique_ptr<Communicator>* out);
+
+struct MpiOptions {
+  // KOLO_TEST_HOSTS (test-only; default 0 = off): pretend the ranks run on this many hosts,
+  // cut into contiguous blocks of ranks (rank r is on host r * hosts / size), instead of
+  // asking MPI which ranks share memory. Lets one machine exercise multi-host code paths
+  // (the hierarchical transport); the topology's local_* and cross_* fields follow the
+  // fake grouping. Must be between 1 and the number of ranks.
+  int test_hosts = 0;
+};
+// The options from KOLO_TEST_HOSTS (read once, here). A value that is not a positive
+// integer is ignored with a warning.
+MpiOptions mpi_options_from_env();
+// As above, with options.
+Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Communicator>* out);
+
+// Sub-communicators of a communicator made by create_mpi_communicator, for transports
+// that combine several (hier/): kHost holds the ranks of this rank's host, kCross the
+// ranks with this rank's local rank (one per host), both ordered like `world`'s ranks and
+// grouped like world's topology (so KOLO_TEST_HOSTS applies). Collective over `world`
+// (every rank asks for the same group). `world_ranks` receives world's rank of each member.
+// The sub-communicator names itself "mpi[host]" / "mpi[cross]" in errors, with its own
+// rank numbers; destroy it before `world` (whose destructor may finalize MPI).
+enum class MpiGroup { kHost, kCross };
+Status split_mpi_communicator(Communicator& world, MpiGroup group,
+                              std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks);
 
 }  // namespace kolo::transport

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "kolo/types.h"
 #include "transport/communicator.h"
+#include "transport/mpi/mpi_communicator.h"
 
 namespace kolo::transport::mpi {
 
@@ -98,7 +99,9 @@ WaitResult poll_until(Deadline deadline, Test&& test, int* mpi_error,
 // to MPI (requests of the failed call may still be pending; MPI_Finalize could hang).
 class MpiCommunicator final : public Communicator {
  public:
-  static Status create(std::unique_ptr<Communicator>* out);
+  static Status create(const MpiOptions& options, std::unique_ptr<Communicator>* out);
+  // A communicator over one of this one's groups (see split_mpi_communicator).
+  Status split(MpiGroup group, std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks);
   ~MpiCommunicator() override;
 
   const Topology& topology() const override { return topology_; }
@@ -122,7 +125,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MpiCommunicator() = default;
-  Status init();
+  Status init(const MpiOptions& options);
+  // Makes this a communicator over a duplicate of `group` of `parent` (split()).
+  Status init_sub(MPI_Comm group, const char* label);
 
   // kPeerFailure while broken, else OK.
   Status check_usable(const char* op) const;
@@ -157,6 +162,10 @@ class MpiCommunicator final : public Communicator {
 
   Topology topology_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  // The host and cross groups of the topology (world communicators only; kept for split()).
+  MPI_Comm host_comm_ = MPI_COMM_NULL;
+  MPI_Comm cross_comm_ = MPI_COMM_NULL;
+  const char* label_ = "mpi";  // "mpi[host]", "mpi[cross]" for sub-communicators
   bool owns_mpi_ = false;  // this object initialized MPI, so it finalizes it
   bool broken_ = false;
   std::string broken_reason_;

@@ -9,8 +9,12 @@
 // holds the result. Buffers larger than a region go through in region-sized chunks, two
 // barriers each; the copy path reduces its own slice straight from and into the caller's
 // buffer (only the other slices pass through its region). Both paths read and write the
-// regions the same way, so ranks may mix them. The reduction folds sources in rank order, so every
-// rank gets the same bits as a sequential reduction 0, 1, ..., n-1.
+// regions the same way, so ranks may mix them. The reduction folds sources in rank order, so
+// every rank gets the same bits as a sequential reduction 0, 1, ..., n-1.
+//
+// allreduce_staged (for the hierarchical transport) splits the one pass in two: the whole
+// slice is reduced, a stage runs on it (the cross-host allreduce of that slice), then it
+// is copied to the other regions; the barriers are the same.
 //
 // Not for: bootstrap, delegation to the base communicator (shm_communicator.cc), or the
 // barrier itself (shm_sync.cc).
@@ -45,35 +49,57 @@ ShmCommunicator::Slice ShmCommunicator::slice(std::size_t count, std::size_t es,
 }
 
 Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op, char* own,
-                                       Deadline deadline) {
+                                       const SliceStage* stage, Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t es = dtype_size(dtype);
   KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
   const Slice mine = slice(count, es, me);
   const std::size_t block = kBlockBytes / es;
   char* const base = own ? own : seg_.region(me);
-  for (std::size_t b = mine.lo; b < mine.hi; b += block) {
-    const std::size_t m = std::min(block, mine.hi - b);
+  auto reduce_block = [&](std::size_t b, std::size_t m) {
     for (int r = 0; r < n; ++r) srcs_[r] = (r == me ? base : seg_.region(r)) + b * es;
-    char* dst = base + b * es;
-    reduce_many(dst, srcs_.data(), n, m, dtype, op);
+    reduce_many(base + b * es, srcs_.data(), n, m, dtype, op);
+  };
+  auto push_block = [&](std::size_t b, std::size_t m) {
     for (int r = 0; r < n; ++r) {
-      if (r != me) std::memcpy(seg_.region(r) + b * es, dst, m * es);
+      if (r != me) std::memcpy(seg_.region(r) + b * es, base + b * es, m * es);
     }
+  };
+  if (stage == nullptr) {
+    // Reduce a block and copy it out while it is still in cache.
+    for (std::size_t b = mine.lo; b < mine.hi; b += block) {
+      const std::size_t m = std::min(block, mine.hi - b);
+      reduce_block(b, m);
+      push_block(b, m);
+    }
+  } else {
+    // Staged: the whole slice is reduced before the stage (a cross-host allreduce) sees it.
+    // Only this rank reads or writes the slice's range of any region until the barrier
+    // below, so the stage may take as long as it needs.
+    for (std::size_t b = mine.lo; b < mine.hi; b += block) reduce_block(b, std::min(block, mine.hi - b));
+    const Status s = (*stage)(base + mine.lo * es, mine.hi - mine.lo);
+    if (!s.ok()) return barrier_.abort(s.message());
+    push_block(mine.lo, mine.hi - mine.lo);
   }
   return barrier_.sync("allreduce", deadline);
 }
 
 Status ShmCommunicator::allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                                   Deadline deadline) {
+  return allreduce_staged(buffer, count, dtype, op, nullptr, deadline);
+}
+
+Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataType dtype,
+                                         ReduceOp op, const SliceStage* stage, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check("allreduce"));
-  if (count == 0 || size() == 1) return Status::OK();
+  if (count == 0) return Status::OK();
+  if (size() == 1) return stage ? (*stage)(buffer, count) : Status::OK();
   const std::size_t es = dtype_size(dtype);
   const std::size_t bytes = count * es;
   char* region = seg_.region(rank());
   const std::size_t region_bytes = seg_.region_bytes();
   if (buffer == region && bytes <= region_bytes) {
-    return reduce_regions(count, dtype, op, nullptr, deadline);
+    return reduce_regions(count, dtype, op, nullptr, stage, deadline);
   }
   if (overlaps(buffer, bytes, region, region_bytes)) {
     return InvalidArgument(
@@ -91,7 +117,7 @@ Status ShmCommunicator::allreduce(void* buffer, std::size_t count, DataType dtyp
     const Slice mine = slice(m, es, rank());
     std::memcpy(region, src, mine.lo * es);
     std::memcpy(region + mine.hi * es, src + mine.hi * es, (m - mine.hi) * es);
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, src, deadline));
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, src, stage, deadline));
     std::memcpy(src, region, mine.lo * es);
     std::memcpy(src + mine.hi * es, region + mine.hi * es, (m - mine.hi) * es);
   }

@@ -41,7 +41,18 @@ ShmOptions shm_options_from_env() {
   return o;
 }
 
-Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options) {
+Status shm_allreduce_staged(Communicator& comm, void* buffer, std::size_t count, DataType dtype,
+                            ReduceOp op, const SliceStage& stage, Deadline deadline) {
+  auto* shm = dynamic_cast<shm::ShmCommunicator*>(&comm);
+  if (shm == nullptr) {
+    return InvalidArgument(std::string("shm_allreduce_staged: the communicator is '") +
+                           comm.name() + "', not one made by wrap_in_shm");
+  }
+  return shm->allreduce_staged(buffer, count, dtype, op, &stage, deadline);
+}
+
+Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options,
+                   const std::vector<int>* rank_names) {
   Communicator& base = *comm;
   const int n = base.size(), me = base.rank();
   const Deadline deadline =
@@ -74,7 +85,9 @@ Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& option
         mine.ok() ? "shm: another rank could not map the segment (see its log)" : mine.message());
   }
   const std::size_t region = seg.region_bytes();
-  comm = std::make_unique<shm::ShmCommunicator>(std::move(comm), std::move(seg));
+  auto wrapped = std::make_unique<shm::ShmCommunicator>(std::move(comm), std::move(seg));
+  if (rank_names) wrapped->set_rank_names(*rank_names);
+  comm = std::move(wrapped);
   KOLO_LOG(kInfo, "shm") << "shared-memory transport: " << n << " ranks, regions of "
                          << (region >> 10) << " KiB";
   return Status::OK();

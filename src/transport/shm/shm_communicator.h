@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/communicator.h"
@@ -42,7 +44,24 @@ std::size_t shm_region_bytes(long long fusion_threshold);
 // Replaces `comm` by a ShmCommunicator over it. Collective: every rank of `comm` calls it
 // with the same options. On failure `comm` is left unchanged and usable, and every rank
 // gets a non-OK status (the same decision everywhere).
-Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options);
+// `rank_names` (optional, one per rank of `comm`): how messages name the ranks (the
+// hierarchical transport passes their global ranks).
+Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options,
+                   const std::vector<int>* rank_names = nullptr);
+
+// --- for the hierarchical transport (hier/) --------------------------------------------
+// Runs between the two local phases of shm_allreduce_staged on this rank's slice: `slice`
+// holds `count` elements of the ranks' reduced data (this rank's share of the work), and
+// what the stage leaves there is what every rank receives for those elements. The stage
+// runs on every rank for every chunk, also with count 0, and the slice of local rank l
+// is the same on every host (it depends on the count, dtype and rank count only).
+using SliceStage = std::function<Status(void* slice, std::size_t count)>;
+// allreduce() of `comm` (which must come from wrap_in_shm) with `stage` between its
+// reduce-scatter and its allgather. A failed stage breaks `comm` and fails the other
+// ranks' calls at once (its message is published in the segment). The same zero-copy
+// (fusion_buffer()) and chunked copy paths as allreduce().
+Status shm_allreduce_staged(Communicator& comm, void* buffer, std::size_t count, DataType dtype,
+                            ReduceOp op, const SliceStage& stage, Deadline deadline);
 
 // The transport table's policy: applies `options.mode` to `comm` (see ShmOptions::mode).
 // In auto mode a segment that cannot be created logs a warning and leaves `comm` as it

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transport/communicator.h"
+#include "transport/shm/shm_communicator.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_sync.h"
 
@@ -32,6 +33,10 @@ class ShmCommunicator final : public Communicator {
 
   Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                    Deadline deadline) override;
+  // See shm_allreduce_staged (shm_communicator.h); `stage` may be null (plain allreduce).
+  Status allreduce_staged(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                          const SliceStage* stage, Deadline deadline);
+  void set_rank_names(std::vector<int> names) { barrier_.set_rank_names(std::move(names)); }
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Deadline deadline) override;
   Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override;
@@ -57,9 +62,9 @@ class ShmCommunicator final : public Communicator {
   // Reduces `count` elements that every rank has at the start of its region; afterwards
   // every region holds the result (except this rank's own slice when `own` is given: that
   // slice is read from and written to `own`, which holds this rank's whole input). Two
-  // barriers.
+  // barriers. With a `stage`, the slice is reduced whole, staged, then copied out.
   Status reduce_regions(std::size_t count, DataType dtype, ReduceOp op, char* own,
-                        Deadline deadline);
+                        const SliceStage* stage, Deadline deadline);
   // A delegated call's status; a peer failure there breaks this communicator too.
   Status delegated(Status s);
   Status check(const char* op) const;

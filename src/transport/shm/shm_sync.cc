@@ -90,7 +90,17 @@ std::string Barrier::rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+std::vector<int> Barrier::named(const std::vector<int>& ranks) const {
+  std::vector<int> out;
+  for (int r : ranks) out.push_back(name_of(r));
+  return out;
+}
+
 std::string Barrier::where(const char* op) const {
+  if (!names_.empty()) {
+    return std::string("shm ") + op + " on rank " + std::to_string(name_of(rank_)) +
+           " (local rank " + std::to_string(rank_) + " of " + std::to_string(size_) + "): ";
+  }
   return std::string("shm ") + op + " on rank " + std::to_string(rank_) + " of " +
          std::to_string(size_) + ": ";
 }
@@ -127,7 +137,7 @@ Status Barrier::fail(const char* op, std::string message) {
 bool Barrier::aborted(const char* op, Status* out) {
   Abort& a = seg_->abort();
   if (at(a.state).load(std::memory_order_acquire) != 2) return false;
-  broken_ = where(op) + "rank " + std::to_string(a.reporter) + " reported: " + a.text;
+  broken_ = where(op) + "rank " + std::to_string(name_of(a.reporter)) + " reported: " + a.text;
   *out = PeerFailure(broken_);
   return true;
 }
@@ -179,12 +189,12 @@ Status Barrier::sync(const char* op, Deadline deadline) {
       }
       if (missing_.empty()) return Status::OK();
       if (!dead.empty()) {
-        return fail(op, where(op) + rank_list(dead) + " did not take part: " +
+        return fail(op, where(op) + rank_list(named(dead)) + " did not take part: " +
                             (dead.size() == 1 ? "its process (pid " : "their processes (pids ") +
                             pids + ") exited");
       }
       if (now >= deadline) {
-        return fail(op, where(op) + rank_list(missing_) + " did not take part within " +
+        return fail(op, where(op) + rank_list(named(missing_)) + " did not take part within " +
                             seconds_string(now - start) +
                             " (hung, or not calling this collective?)");
       }

@@ -38,6 +38,13 @@ class Barrier {
 
   // kPeerFailure with the first failure's message once broken, else OK.
   Status check(const char* op) const;
+  // Breaks the barrier with `message` (a failure this rank found outside the segment, e.g.
+  // in the cross-host phase of a hierarchical allreduce) and publishes it to the other
+  // ranks, which fail at once. Returns kPeerFailure(message).
+  Status abort(std::string message) { return fail("abort", std::move(message)); }
+  // Names used for the ranks in messages: names[r] for rank r (the hierarchical transport
+  // passes global ranks). Empty (the default): the ranks' own numbers.
+  void set_rank_names(std::vector<int> names) { names_ = std::move(names); }
   bool broken() const { return !broken_.empty(); }
   std::uint64_t epoch() const { return epoch_; }
 
@@ -60,6 +67,13 @@ class Barrier {
   std::vector<bool> pid_visible_;  // kill(pid, 0) can tell whether rank r's process lives
   std::uint64_t epoch_ = 0;
   std::string broken_;
+  // Rank r as named in messages (see set_rank_names).
+  int name_of(int r) const {
+    return r >= 0 && r < static_cast<int>(names_.size()) ? names_[r] : r;
+  }
+  std::vector<int> named(const std::vector<int>& ranks) const;
+
+  std::vector<int> names_;
   std::vector<int> missing_;  // scratch
 };
 

@@ -1,0 +1,223 @@
+// kolo_hier_check: end-to-end check of the hierarchical transport across real processes,
+// run under mpirun with fake hosts (KOLO_TEST_HOSTS) on one machine.
+//
+// The communicator comes from the transport table, as in a job. Checks that the topology
+// follows the fake hosts, then allreduce for every dtype x op x size (0, 1, 7, 1024, 2^20
+// and 3 * 2^20 + 5 elements; with KOLO_FUSION_THRESHOLD=1048576 the large ones take
+// several chunks) through the copy path, the fusion_buffer() zero-copy path and a mix,
+// against a reference computed here from small-integer inputs (exact in every dtype) and
+// byte for byte against the plain MPI communicator's allreduce of the same input; then
+// the delegated operations. Prints PASS/FAIL per group; exits non-zero on any failure.
+//
+//   KOLO_TEST_HOSTS=2 mpirun -x KOLO_TEST_HOSTS -np 4 kolo_hier_check   correctness
+//   ... kolo_hier_check --select hierarchical|mpi|shm                   the table's choice
+//   ... mpirun --enable-recovery ... kolo_hier_check --kill-rank 3       kill test
+//   ... kolo_hier_check --bench                                          64 MiB timings
+//
+// Not for: the runtime's semantics (tests/multiprocess), or running without mpirun.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/hier/hier_check.h"
+#include "transport/hier/hier_internal.h"
+#include "transport/table.h"
+
+namespace kolo::transport::hier_check {
+namespace {
+
+constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+constexpr std::size_t kSizes[] = {0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
+
+class Checker {
+ public:
+  explicit Checker(Communicator* comm) : comm_(comm) {}
+  void fail(const std::string& what) {
+    ++failures_;
+    ok_ = false;
+    if (failures_ <= 20) std::printf("FAIL [rank %d] %s\n", comm_->rank(), what.c_str());
+    std::fflush(stdout);
+  }
+  bool expect_ok(const Status& s, const std::string& what) {
+    if (!s.ok()) fail(what + ": " + s.to_string());
+    return s.ok();
+  }
+  void count() { ++cases_; }
+  // Every rank's verdict is ANDed; rank 0 prints.
+  void end_group(const char* name) {
+    std::vector<std::uint64_t> ok = {ok_ ? 1u : 0u};
+    if (!comm_->control_and(ok, soon()).ok()) fail(std::string(name) + ": verdict exchange failed");
+    if (comm_->rank() == 0)
+      std::printf("%s %s (%d cases)\n", ok[0] ? "PASS" : "FAIL", name, cases_);
+    std::fflush(stdout);
+    ok_ = true;
+    cases_ = 0;
+  }
+  int failures() const { return failures_; }
+
+ private:
+  Communicator* comm_;
+  bool ok_ = true;
+  int cases_ = 0;
+  int failures_ = 0;
+};
+
+void check_topology(Communicator* comm, Checker& c) {
+  const char* env = std::getenv("KOLO_TEST_HOSTS");
+  const int hosts = env ? std::atoi(env) : 0;
+  const Topology& t = comm->topology();
+  c.count();
+  if (hosts <= 0) return;
+  const int host = static_cast<int>(static_cast<long long>(t.rank) * hosts / t.size);
+  int first = 0, size = 0;
+  for (int r = 0; r < t.size; ++r) {
+    if (static_cast<long long>(r) * hosts / t.size != host) continue;
+    if (size++ == 0) first = r;
+  }
+  if (t.local_rank != t.rank - first || t.local_size != size || t.cross_rank != host ||
+      t.cross_size != hosts) {
+    c.fail("topology: local " + std::to_string(t.local_rank) + "/" + std::to_string(t.local_size) +
+           " cross " + std::to_string(t.cross_rank) + "/" + std::to_string(t.cross_size) +
+           ", expected local " + std::to_string(t.rank - first) + "/" + std::to_string(size) +
+           " cross " + std::to_string(host) + "/" + std::to_string(hosts));
+  }
+}
+
+// path 0: copy; 1: zero-copy (fusion_buffer); 2: zero-copy on even ranks only. Path 0 is
+// also run through the plain MPI communicator, whose bytes must be the same.
+void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
+  const int n = comm->size(), me = comm->rank();
+  std::vector<std::int64_t> want;
+  std::vector<char> plain;
+  for (DataType dt : kDtypes) {
+    for (ReduceOp op : kOps) {
+      for (std::size_t count : kSizes) {
+        const std::size_t bytes = count * dtype_size(dt);
+        want.resize(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          std::int64_t v = input(0, i, dt, op);
+          for (int r = 1; r < n; ++r) v = fold(dt, op, v, input(r, i, dt, op));
+          want[i] = v;
+        }
+        const std::string what = std::string("allreduce ") + dtype_name(dt) + " " +
+                                 reduce_op_name(op) + " count " + std::to_string(count);
+        plain.resize(bytes);
+        for (std::size_t i = 0; i < count; ++i) store(dt, plain.data(), i, input(me, i, dt, op));
+        if (!c.expect_ok(comm->global()->allreduce(plain.data(), count, dt, op, soon()),
+                         what + " (plain mpi)"))
+          return;
+        for (int path = 0; path < 3; ++path) {
+          void* region = comm->fusion_buffer(bytes);
+          const bool zero_copy = path == 1 || (path == 2 && me % 2 == 0);
+          if (path > 0 && region == nullptr) continue;
+          std::vector<char> own(zero_copy ? 0 : bytes);
+          void* buf = zero_copy ? region : own.data();
+          for (std::size_t i = 0; i < count; ++i) store(dt, buf, i, input(me, i, dt, op));
+          const std::string where = what + " path " + std::to_string(path);
+          c.count();
+          if (!c.expect_ok(comm->allreduce(buf, count, dt, op, soon()), where)) return;
+          for (std::size_t i = 0; i < count; ++i) {
+            if (load(dt, buf, i) != static_cast<double>(want[i])) {
+              c.fail(where + ": element " + std::to_string(i) + " is " +
+                     std::to_string(load(dt, buf, i)) + ", want " + std::to_string(want[i]));
+              break;
+            }
+          }
+          if (bytes > 0 && std::memcmp(buf, plain.data(), bytes) != 0)
+            c.fail(where + ": bytes differ from plain MPI's allreduce");
+        }
+      }
+    }
+  }
+}
+
+void check_others(Communicator* comm, Checker& c) {
+  const int n = comm->size(), me = comm->rank();
+  for (int root = 0; root < n; ++root) {
+    std::vector<std::uint8_t> buf(5000);
+    for (std::size_t i = 0; i < buf.size(); ++i)
+      buf[i] = me == root ? static_cast<std::uint8_t>(i * 7 + root) : 0;
+    c.count();
+    if (!c.expect_ok(comm->broadcast(buf.data(), buf.size(), root, soon()), "broadcast")) return;
+    for (std::size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] != static_cast<std::uint8_t>(i * 7 + root)) {
+        c.fail("broadcast from " + std::to_string(root) + ": byte " + std::to_string(i));
+        break;
+      }
+    }
+  }
+  for (int call = 0; call < 20; ++call) {
+    std::vector<std::uint64_t> w(3);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = ~(std::uint64_t{1} << ((i + call + me) % 64));
+    c.count();
+    if (!c.expect_ok(comm->control_and(w, soon()), "control_and")) return;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      std::uint64_t want = ~std::uint64_t{0};
+      for (int r = 0; r < n; ++r) want &= ~(std::uint64_t{1} << ((i + call + r) % 64));
+      if (w[i] != want) c.fail("control_and call " + std::to_string(call));
+    }
+  }
+  c.count();
+  c.expect_ok(comm->barrier(soon()), "barrier");
+  std::vector<std::int32_t> mine(me + 1, me), all(n * (n + 1) / 2);
+  std::vector<std::size_t> sizes;
+  for (int r = 0; r < n; ++r) sizes.push_back((r + 1) * sizeof(std::int32_t));
+  c.count();
+  if (c.expect_ok(comm->allgatherv(mine.data(), all.data(), sizes, soon()), "allgatherv")) {
+    std::size_t k = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int j = 0; j <= r; ++j, ++k) {
+        if (all[k] != r) c.fail("allgatherv value");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kolo::transport::hier_check
+
+int main(int argc, char** argv) {
+  using namespace kolo;
+  using namespace kolo::transport;
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  const std::string arg = argc > 2 ? argv[2] : "";
+  const TransportFactory* factory = find_transport("mpi");
+  std::unique_ptr<Communicator> comm;
+  const Status s = factory ? factory->create(&comm) : Internal("no mpi transport in this build");
+  if (!s.ok()) {
+    std::printf("FAIL setup: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  if (mode == "--select") {
+    const bool ok = arg == comm->name();
+    std::printf("%s [rank %d] select: the transport table chose %s (expected %s)\n",
+                ok ? "PASS" : "FAIL", comm->rank(), comm->name(), arg.c_str());
+    return ok ? 0 : 1;
+  }
+  auto* hier = dynamic_cast<hier::HierarchicalCommunicator*>(comm.get());
+  if (hier == nullptr) {
+    std::printf("FAIL [rank %d] the transport table chose %s, not hierarchical (set "
+                "KOLO_TEST_HOSTS)\n",
+                comm->rank(), comm->name());
+    return 1;
+  }
+  if (mode == "--kill-rank") return hier_check::run_kill_test(hier, std::stoi(arg));
+  if (mode == "--bench") {
+    hier_check::run_bench(hier);
+    return 0;
+  }
+  hier_check::Checker c(comm.get());
+  hier_check::check_topology(comm.get(), c);
+  c.end_group("hierarchical topology follows KOLO_TEST_HOSTS");
+  hier_check::check_allreduce(hier, c);
+  c.end_group("hierarchical allreduce: every dtype x op x size, copy / zero-copy / mixed, = plain MPI");
+  hier_check::check_others(comm.get(), c);
+  c.end_group("hierarchical broadcast, control_and, barrier, allgatherv (delegated)");
+  return c.failures() ? 1 : 0;
+}

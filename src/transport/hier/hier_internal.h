@@ -1,0 +1,66 @@
+// Internals of the hierarchical transport: the HierarchicalCommunicator class.
+//
+// Not for use outside src/transport/hier/ (and its checks); everything else reaches this
+// transport through hier_communicator.h and the Communicator interface.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/communicator.h"
+
+namespace kolo::transport::hier {
+
+// Owned and used by one thread. Usable until the first peer failure of any of its parts;
+// after that every call fails at once.
+class HierarchicalCommunicator final : public Communicator {
+ public:
+  // `global`: the job's MPI communicator; `local`: this host's ranks (shm over MPI);
+  // `cross`: the ranks with this local rank (MPI); `cross_ranks`: their global ranks.
+  HierarchicalCommunicator(std::unique_ptr<Communicator> global, std::unique_ptr<Communicator> local,
+                           std::unique_ptr<Communicator> cross, const std::vector<int>& cross_ranks);
+  // After a peer failure the parts are deliberately not destroyed: MPI's teardown
+  // (MPI_Finalize) synchronises with the dead rank and could hang.
+  ~HierarchicalCommunicator() override;
+
+  const Topology& topology() const override { return global_->topology(); }
+  const char* name() const override { return "hierarchical"; }
+  Communicator* global() const { return global_.get(); }
+  Communicator* local() const { return local_.get(); }
+  Communicator* cross() const { return cross_.get(); }
+
+  Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                   Deadline deadline) override;
+  Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
+                    Deadline deadline) override;
+  Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override;
+  Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                   const std::vector<std::size_t>& recv_bytes, Deadline deadline) override;
+  Status reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                       DataType dtype, ReduceOp op, Deadline deadline) override;
+  Status barrier(Deadline deadline) override;
+  void* fusion_buffer(std::size_t bytes) override;
+
+  Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
+  Status control_gather(const std::string& mine, std::vector<std::string>* all,
+                        Deadline deadline) override;
+  Status control_broadcast(std::string* message, Deadline deadline) override;
+
+ private:
+  // "hierarchical allreduce on rank 3 of 4 (host 1 of 2, local rank 1 of 2): "
+  std::string where(const char* op) const;
+  Status check(const char* op) const;
+  // A part's status; a peer failure there breaks this communicator too.
+  Status record(Status s);
+
+  std::unique_ptr<Communicator> global_;
+  std::unique_ptr<Communicator> local_;
+  std::unique_ptr<Communicator> cross_;
+  std::string cross_names_;  // "ranks 1, 3": who takes part in this rank's cross phase
+  std::string broken_;       // the first peer failure's message
+};
+
+}  // namespace kolo::transport::hier
