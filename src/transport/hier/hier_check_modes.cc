@@ -122,6 +122,24 @@ void run_bench(hier::HierarchicalCommunicator* comm) {
   time_it(comm, "hierarchical allreduce 64 MiB f32, copy path", bytes, iterations, [&] {
     return comm->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum, soon()).ok();
   });
+  // The two parts alone: the shm phases of one host (no cross step), and the cross step of
+  // every local rank at once (1/L of the buffer each).
+  if (void* region = comm->fusion_buffer(bytes)) {
+    time_it(comm, "  part: shm allreduce 64 MiB f32 in each host", bytes, iterations, [&] {
+      return comm->local()->allreduce(region, count, DataType::kFloat32, ReduceOp::kSum, soon()).ok();
+    });
+  }
+  const std::size_t slice = count / static_cast<std::size_t>(t.local_size);
+  time_it(comm, "  part: cross-host allreduce of 64 MiB / L f32", bytes, iterations, [&] {
+    return comm->cross()->allreduce(data.data(), slice, DataType::kFloat32, ReduceOp::kSum, soon()).ok();
+  });
+  MPI_Comm cross;
+  MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross);
+  time_it(comm, "  part: same with blocking MPI_Allreduce", bytes, iterations, [&] {
+    return MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(slice), MPI_FLOAT, MPI_SUM,
+                         cross) == MPI_SUCCESS;
+  });
+  MPI_Comm_free(&cross);
   time_it(comm, "kolo mpi transport allreduce 64 MiB f32", bytes, iterations, [&] {
     return comm->global()
         ->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum, soon())

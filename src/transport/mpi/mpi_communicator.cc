@@ -32,11 +32,11 @@ MpiOptions mpi_options_from_env() {
   if (const char* h = std::getenv("KOLO_TEST_HOSTS"); h && *h) {
     char* end = nullptr;
     const long v = std::strtol(h, &end, 10);
-    if (end != h && *end == '\0' && v > 0 && v <= INT_MAX) {
+    if (end != h && *end == '\0' && v >= 0 && v <= INT_MAX) {
       o.test_hosts = static_cast<int>(v);
     } else {
       KOLO_LOG(kWarning, "mpi") << "ignoring KOLO_TEST_HOSTS=" << h
-                                << ": expected a positive number of hosts";
+                                << ": expected a number of hosts (0: off)";
     }
   }
   return o;
@@ -59,12 +59,6 @@ namespace {
 // elements/bytes; 2^30 keeps every chunk's byte count exact in an int for 1-byte types.
 constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
 
-// Data-plane calls come right after negotiation, when every rank is about to make them,
-// so waits are short and naps would mostly add latency: spinning only 80 us made a 1-float
-// allreduce on 4 ranks sharing 2 cores take ~1 ms instead of ~25 us.
-constexpr std::chrono::microseconds kDataSpin(2000);
-// Past the spin, naps stay short: transfers in flight progress only inside MPI calls.
-constexpr std::chrono::microseconds kDataMaxNap(160);
 
 const char* thread_level_name(int level) {
   switch (level) {
@@ -197,6 +191,7 @@ Status MpiCommunicator::split(MpiGroup group, std::unique_ptr<Communicator>* out
   } else {
     sub->topology_.cross_rank = sub->topology_.rank;
     sub->topology_.cross_size = sub->topology_.size;
+    sub->ring_min_bytes_ = kCrossRingMinBytes;
   }
   // The members' world ranks: translate 0..n-1 of the sub-communicator's group.
   MPI_Group sub_group, world_group;
@@ -254,31 +249,6 @@ Status MpiCommunicator::fail_mpi(const std::string& what, int code) {
   return fail(what + ": " + mpi_error_string(code));
 }
 
-template <typename Describe>
-Status MpiCommunicator::complete(MPI_Request* requests, int n, Clock::time_point start,
-                                 Deadline deadline, Describe describe) {
-  int error = MPI_SUCCESS;
-  const WaitResult result = poll_until(
-      deadline,
-      [&](bool* done) {
-        int flag = 0;
-        const int rc = MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE);
-        *done = flag != 0;
-        return rc;
-      },
-      &error, kDataSpin, kDataMaxNap);
-  switch (result) {
-    case WaitResult::kDone:
-      return Status::OK();
-    case WaitResult::kMpiError:
-      return fail_mpi(describe(), error);
-    case WaitResult::kTimeout:
-      break;
-  }
-  return fail(describe() + " did not complete within " + seconds_string(deadline - start) +
-              ": some rank is dead, hung or not calling it (MPI cannot tell which)");
-}
-
 namespace {
 
 // Converts per-rank byte counts into MPI's int counts and displacements, or explains
@@ -318,9 +288,12 @@ Status MpiCommunicator::allreduce(void* buffer, std::size_t count, DataType dtyp
   }
   if (count == 0) return Status::OK();
   const auto start = Clock::now();
-  const Reduction reduction = ops_.lookup(dtype, op);
   const std::size_t element = dtype_size(dtype);
   auto* bytes = static_cast<char*>(buffer);
+  if (ring_min_bytes_ > 0 && count * element >= ring_min_bytes_ && size() > 1) {
+    return ring_allreduce(bytes, count, dtype, op, start, deadline);
+  }
+  const Reduction reduction = ops_.lookup(dtype, op);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(count - done, kMaxChunk);
     MPI_Request request;
