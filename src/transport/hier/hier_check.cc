@@ -202,9 +202,10 @@ int main(int argc, char** argv) {
   }
   auto* hier = dynamic_cast<hier::HierarchicalCommunicator*>(comm.get());
   if (hier == nullptr) {
-    std::printf("FAIL [rank %d] the transport table chose %s, not hierarchical (set "
-                "KOLO_TEST_HOSTS)\n",
-                comm->rank(), comm->name());
+    std::printf(
+        "FAIL [rank %d] the transport table chose %s, not hierarchical (set "
+        "KOLO_TEST_HOSTS)\n",
+        comm->rank(), comm->name());
     return 1;
   }
   if (mode == "--kill-rank") return hier_check::run_kill_test(hier, std::stoi(arg));
@@ -216,7 +217,8 @@ int main(int argc, char** argv) {
   hier_check::check_topology(comm.get(), c);
   c.end_group("hierarchical topology follows KOLO_TEST_HOSTS");
   hier_check::check_allreduce(hier, c);
-  c.end_group("hierarchical allreduce: every dtype x op x size, copy / zero-copy / mixed, = plain MPI");
+  c.end_group(
+      "hierarchical allreduce: every dtype x op x size, copy / zero-copy / mixed, = plain MPI");
   hier_check::check_others(comm.get(), c);
   c.end_group("hierarchical broadcast, control_and, barrier, allgatherv (delegated)");
   return c.failures() ? 1 : 0;

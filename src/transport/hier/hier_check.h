@@ -23,8 +23,8 @@ inline Deadline soon() { return Clock::now() + std::chrono::seconds(60); }
 // -2..2, products of {-1, 1, 2} (at most 2^6 on 6 ranks), booleans, and for uint8 0..3
 // (products 1..2).
 inline std::int64_t input(int rank, std::size_t i, DataType dt, ReduceOp op) {
-  const auto h = static_cast<std::uint32_t>(((i * 1000003ull + static_cast<std::uint64_t>(rank)) *
-                                             0x9e3779b97f4a7c15ull) >> 32);
+  const auto h = static_cast<std::uint32_t>(
+      ((i * 1000003ull + static_cast<std::uint64_t>(rank)) * 0x9e3779b97f4a7c15ull) >> 32);
   if (dt == DataType::kBool) return h % 3 != 0;
   if (dt == DataType::kUInt8) return op == ReduceOp::kProduct ? 1 + h % 2 : h % 4;
   if (op == ReduceOp::kProduct) return h % 3 == 0 ? -1 : static_cast<std::int64_t>(1 + h % 3 / 2);
@@ -54,29 +54,47 @@ T get(const void* buf, std::size_t i) {
 inline void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
   const auto f = static_cast<float>(v);
   switch (dt) {
-    case DataType::kFloat32: return put(buf, i, f);
-    case DataType::kFloat64: return put(buf, i, static_cast<double>(v));
-    case DataType::kFloat16: return put(buf, i, float_to_half(f));
-    case DataType::kBFloat16: return put(buf, i, float_to_bfloat16(f));
-    case DataType::kInt8: return put(buf, i, static_cast<std::int8_t>(v));
-    case DataType::kUInt8: return put(buf, i, static_cast<std::uint8_t>(v));
-    case DataType::kInt32: return put(buf, i, static_cast<std::int32_t>(v));
-    case DataType::kInt64: return put(buf, i, v);
-    case DataType::kBool: return put(buf, i, static_cast<std::uint8_t>(v != 0));
+    case DataType::kFloat32:
+      return put(buf, i, f);
+    case DataType::kFloat64:
+      return put(buf, i, static_cast<double>(v));
+    case DataType::kFloat16:
+      return put(buf, i, float_to_half(f));
+    case DataType::kBFloat16:
+      return put(buf, i, float_to_bfloat16(f));
+    case DataType::kInt8:
+      return put(buf, i, static_cast<std::int8_t>(v));
+    case DataType::kUInt8:
+      return put(buf, i, static_cast<std::uint8_t>(v));
+    case DataType::kInt32:
+      return put(buf, i, static_cast<std::int32_t>(v));
+    case DataType::kInt64:
+      return put(buf, i, v);
+    case DataType::kBool:
+      return put(buf, i, static_cast<std::uint8_t>(v != 0));
   }
 }
 
 inline double load(DataType dt, const void* buf, std::size_t i) {
   switch (dt) {
-    case DataType::kFloat32: return get<float>(buf, i);
-    case DataType::kFloat64: return get<double>(buf, i);
-    case DataType::kFloat16: return half_to_float(get<std::uint16_t>(buf, i));
-    case DataType::kBFloat16: return bfloat16_to_float(get<std::uint16_t>(buf, i));
-    case DataType::kInt8: return get<std::int8_t>(buf, i);
-    case DataType::kUInt8: return get<std::uint8_t>(buf, i);
-    case DataType::kInt32: return get<std::int32_t>(buf, i);
-    case DataType::kInt64: return static_cast<double>(get<std::int64_t>(buf, i));
-    case DataType::kBool: return get<std::uint8_t>(buf, i);
+    case DataType::kFloat32:
+      return get<float>(buf, i);
+    case DataType::kFloat64:
+      return get<double>(buf, i);
+    case DataType::kFloat16:
+      return half_to_float(get<std::uint16_t>(buf, i));
+    case DataType::kBFloat16:
+      return bfloat16_to_float(get<std::uint16_t>(buf, i));
+    case DataType::kInt8:
+      return get<std::int8_t>(buf, i);
+    case DataType::kUInt8:
+      return get<std::uint8_t>(buf, i);
+    case DataType::kInt32:
+      return get<std::int32_t>(buf, i);
+    case DataType::kInt64:
+      return static_cast<double>(get<std::int64_t>(buf, i));
+    case DataType::kBool:
+      return get<std::uint8_t>(buf, i);
   }
   return 0;
 }

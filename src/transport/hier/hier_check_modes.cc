@@ -126,12 +126,16 @@ void run_bench(hier::HierarchicalCommunicator* comm) {
   // every local rank at once (1/L of the buffer each).
   if (void* region = comm->fusion_buffer(bytes)) {
     time_it(comm, "  part: shm allreduce 64 MiB f32 in each host", bytes, iterations, [&] {
-      return comm->local()->allreduce(region, count, DataType::kFloat32, ReduceOp::kSum, soon()).ok();
+      return comm->local()
+          ->allreduce(region, count, DataType::kFloat32, ReduceOp::kSum, soon())
+          .ok();
     });
   }
   const std::size_t slice = count / static_cast<std::size_t>(t.local_size);
   time_it(comm, "  part: cross-host allreduce of 64 MiB / L f32", bytes, iterations, [&] {
-    return comm->cross()->allreduce(data.data(), slice, DataType::kFloat32, ReduceOp::kSum, soon()).ok();
+    return comm->cross()
+        ->allreduce(data.data(), slice, DataType::kFloat32, ReduceOp::kSum, soon())
+        .ok();
   });
   MPI_Comm cross;
   MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross);

@@ -146,8 +146,7 @@ Status HierarchicalCommunicator::barrier(Deadline deadline) {
   return record(global_->barrier(deadline));
 }
 
-Status HierarchicalCommunicator::control_and(std::vector<std::uint64_t>& words,
-                                             Deadline deadline) {
+Status HierarchicalCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check("control_and"));
   return record(global_->control_and(words, deadline));
 }

@@ -57,8 +57,7 @@ Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptio
     KOLO_LOG(kWarning, "hier") << "rank " << world.rank() << ": " << mine.message();
   }
   std::vector<std::uint64_t> ok = {mine.ok() ? 1u : 0u};
-  KOLO_RETURN_IF_ERROR(
-      world.control_and(ok, after_seconds(options.shm.bootstrap_timeout_seconds)));
+  KOLO_RETURN_IF_ERROR(world.control_and(ok, after_seconds(options.shm.bootstrap_timeout_seconds)));
   if (ok[0] == 0) {
     return Status(ErrorCode::kUnsupported,
                   mine.ok() ? "hierarchical: the shared-memory segment of another host could not "
@@ -121,8 +120,8 @@ Status maybe_wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const Hie
     return s;
   }
   if (forced || s.code() == ErrorCode::kPeerFailure) return s;
-  KOLO_LOG(kWarning, "hier") << "hierarchical transport unavailable, using " << comm->name()
-                             << ": " << s.message();
+  KOLO_LOG(kWarning, "hier") << "hierarchical transport unavailable, using " << comm->name() << ": "
+                             << s.message();
   return Status::OK();
 }
 

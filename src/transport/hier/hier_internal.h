@@ -20,8 +20,9 @@ class HierarchicalCommunicator final : public Communicator {
  public:
   // `global`: the job's MPI communicator; `local`: this host's ranks (shm over MPI);
   // `cross`: the ranks with this local rank (MPI); `cross_ranks`: their global ranks.
-  HierarchicalCommunicator(std::unique_ptr<Communicator> global, std::unique_ptr<Communicator> local,
-                           std::unique_ptr<Communicator> cross, const std::vector<int>& cross_ranks);
+  HierarchicalCommunicator(std::unique_ptr<Communicator> global,
+                           std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
+                           const std::vector<int>& cross_ranks);
   // After a peer failure the parts are deliberately not destroyed: MPI's teardown
   // (MPI_Finalize) synchronises with the dead rank and could hang.
   ~HierarchicalCommunicator() override;

@@ -59,7 +59,6 @@ namespace {
 // elements/bytes; 2^30 keeps every chunk's byte count exact in an int for 1-byte types.
 constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
 
-
 const char* thread_level_name(int level) {
   switch (level) {
     case MPI_THREAD_SINGLE:
@@ -129,12 +128,14 @@ Status MpiCommunicator::init(const MpiOptions& options) {
   const int hosts = options.test_hosts;
   if (hosts > topology_.size) {
     // Every rank sees the same value (mpirun -x), so every rank fails here alike.
-    return InvalidArgument("mpi: KOLO_TEST_HOSTS=" + std::to_string(hosts) + " but there are only " +
-                           std::to_string(topology_.size) + " ranks (test-only: at most one host per rank)");
+    return InvalidArgument("mpi: KOLO_TEST_HOSTS=" + std::to_string(hosts) +
+                           " but there are only " + std::to_string(topology_.size) +
+                           " ranks (test-only: at most one host per rank)");
   }
   if (hosts > 0) {
     // Test-only fake hosts: contiguous blocks of ranks (see MpiOptions::test_hosts).
-    const int host = static_cast<int>(static_cast<long long>(topology_.rank) * hosts / topology_.size);
+    const int host =
+        static_cast<int>(static_cast<long long>(topology_.rank) * hosts / topology_.size);
     rc = MPI_Comm_split(comm_, host, topology_.rank, &host_comm_);
     if (rc != MPI_SUCCESS) return setup_failed("MPI_Comm_split", rc);
   } else {
@@ -180,8 +181,9 @@ Status MpiCommunicator::split(MpiGroup group, std::unique_ptr<Communicator>* out
   const bool host = group == MpiGroup::kHost;
   MPI_Comm from = host ? host_comm_ : cross_comm_;
   if (from == MPI_COMM_NULL) {
-    return InvalidArgument(where("split") + ": only a communicator made by create_mpi_communicator "
-                                            "can be split");
+    return InvalidArgument(where("split") +
+                           ": only a communicator made by create_mpi_communicator "
+                           "can be split");
   }
   std::unique_ptr<MpiCommunicator> sub(new MpiCommunicator());
   KOLO_RETURN_IF_ERROR(sub->init_sub(from, host ? "mpi[host]" : "mpi[cross]"));

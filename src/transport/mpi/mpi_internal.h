@@ -104,7 +104,6 @@ inline constexpr std::chrono::microseconds kDataMaxNap(160);
 // this many bytes with the point-to-point ring (mpi_ring.cc) instead of MPI_Iallreduce.
 inline constexpr std::size_t kCrossRingMinBytes = std::size_t{256} << 10;
 
-
 // Owned and used by one thread. State changes only from usable to broken: after the first
 // peer failure or MPI error every call fails at once, and the destructor no longer talks
 // to MPI (requests of the failed call may still be pending; MPI_Finalize could hang).
@@ -179,10 +178,10 @@ class MpiCommunicator final : public Communicator {
   // The host and cross groups of the topology (world communicators only; kept for split()).
   MPI_Comm host_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
-  const char* label_ = "mpi";  // "mpi[host]", "mpi[cross]" for sub-communicators
+  const char* label_ = "mpi";       // "mpi[host]", "mpi[cross]" for sub-communicators
   std::size_t ring_min_bytes_ = 0;  // allreduce uses the ring from this size on; 0: never
   std::vector<char> scratch_;       // the ring's receive buffer
-  bool owns_mpi_ = false;  // this object initialized MPI, so it finalizes it
+  bool owns_mpi_ = false;           // this object initialized MPI, so it finalizes it
   bool broken_ = false;
   std::string broken_reason_;
   ReduceOps ops_;

@@ -76,7 +76,8 @@ Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, Reduce
     // Staged: the whole slice is reduced before the stage (a cross-host allreduce) sees it.
     // Only this rank reads or writes the slice's range of any region until the barrier
     // below, so the stage may take as long as it needs.
-    for (std::size_t b = mine.lo; b < mine.hi; b += block) reduce_block(b, std::min(block, mine.hi - b));
+    for (std::size_t b = mine.lo; b < mine.hi; b += block)
+      reduce_block(b, std::min(block, mine.hi - b));
     const Status s = (*stage)(base + mine.lo * es, mine.hi - mine.lo);
     if (!s.ok()) return barrier_.abort(s.message());
     push_block(mine.lo, mine.hi - mine.lo);

@@ -68,9 +68,7 @@ class Barrier {
   std::uint64_t epoch_ = 0;
   std::string broken_;
   // Rank r as named in messages (see set_rank_names).
-  int name_of(int r) const {
-    return r >= 0 && r < static_cast<int>(names_.size()) ? names_[r] : r;
-  }
+  int name_of(int r) const { return r >= 0 && r < static_cast<int>(names_.size()) ? names_[r] : r; }
   std::vector<int> named(const std::vector<int>& ranks) const;
 
   std::vector<int> names_;
