@@ -38,8 +38,9 @@ Status MpiCommunicator::ring_allreduce(char* data, std::size_t count, DataType d
   const std::size_t piece = std::max<std::size_t>(kRingPiece / es, 1);
   auto describe = [&] {
     return where("allreduce") + " (" + std::to_string(count) + " " + dtype_name(dtype) +
-           " elements, " + reduce_op_name(op) + ", ring with ranks " + std::to_string(left) +
-           " and " + std::to_string(right) + ")";
+           " elements, " + reduce_op_name(op) + ", ring of " + std::to_string(n) +
+           " ranks, receiving from " + std::to_string(left) + ", sending to " +
+           std::to_string(right) + ")";
   };
   MPI_Request requests[2];
   for (std::size_t off = 0; off < count; off += piece) {
