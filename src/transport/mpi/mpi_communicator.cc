@@ -4,9 +4,11 @@
 // error handler returns codes instead of aborting) and completed by bounded polling, so a
 // dead or hung peer becomes kPeerFailure at the caller's deadline. MPI cannot say which
 // rank failed a collective, so data-plane errors name the operation and sizes only; the
-// control plane (mpi_control.cc) is where missing ranks get named.
+// control plane (mpi_control.cc) is where missing ranks get named. Sub-communicators over
+// the topology's host and cross groups (split_mpi_communicator) are made here too.
 //
-// Not for: the control plane, or the dtype/op mapping (mpi_ops.cc).
+// Not for: the control plane, the dtype/op mapping (mpi_ops.cc), or the point-to-point
+// ring allreduce of cross-host sub-communicators (mpi_ring.cc).
 #include "transport/mpi/mpi_communicator.h"
 
 #include <algorithm>
