@@ -6,6 +6,7 @@
 // dead-rank failures, the selection policy, and that no /dev/shm/kolo-* file remains.
 // Real processes, kill -9 and mpirun are covered by kolo_shm_check (shm_check.cc).
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -30,11 +31,14 @@ Deadline in(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(duration<double>(seconds));
 }
 
+// This process's segments ("kolo-<pid>-..."): ctest runs other test processes, whose
+// segments exist for a moment during their bootstrap, at the same time.
 std::set<std::string> kolo_segments() {
   std::set<std::string> out;
+  const std::string mine = "kolo-" + std::to_string(::getpid()) + "-";
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
-      if (std::string(e->d_name).rfind("kolo-", 0) == 0) out.insert(e->d_name);
+      if (std::string(e->d_name).rfind(mine, 0) == 0) out.insert(e->d_name);
     }
     closedir(d);
   }
