@@ -17,9 +17,10 @@
 //
 // Failure: each phase is bounded by the caller's deadline. A dead rank on this host is
 // named within ~20-40 ms by the shm barrier; a failure in the cross phase is published in
-// the segment, so this host's other ranks fail at once quoting it. Ranks on other hosts
-// learn of it only when their own phase times out (MPI has no way to tell them sooner),
-// so they fail at their deadline, naming the ranks they were waiting for.
+// the segment, so this host's other ranks fail at once quoting it. A rank whose allreduce
+// fails also announces it to every rank over MPI (FailureNotices); the shm barriers and
+// the cross-host waits poll for notices, so ranks on other hosts fail within ~20 ms too
+// instead of at their deadline (MPI alone cannot tell them a peer died).
 //
 // Not for: setup and selection (hier_communicator.cc).
 #include <utility>
@@ -46,10 +47,12 @@ std::string rank_list(const std::vector<int>& ranks) {
 }  // namespace
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> global,
+                                                   std::unique_ptr<FailureNotices> notices,
                                                    std::unique_ptr<Communicator> local,
                                                    std::unique_ptr<Communicator> cross,
                                                    const std::vector<int>& cross_ranks)
     : global_(std::move(global)),
+      notices_(std::move(notices)),
       local_(std::move(local)),
       cross_(std::move(cross)),
       cross_names_(rank_list(cross_ranks)) {}
@@ -57,10 +60,13 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator>
 HierarchicalCommunicator::~HierarchicalCommunicator() {
   if (broken_.empty()) return;  // parts are destroyed in reverse order: global_ last
   Communicator* leaked[] = {cross_.release(), local_.release(), global_.release()};
+  FailureNotices* notices = notices_.release();
 #if defined(__SANITIZE_ADDRESS__)
   for (Communicator* c : leaked) __lsan_ignore_object(c);
+  __lsan_ignore_object(notices);
 #else
   (void)leaked;
+  (void)notices;
 #endif
 }
 
@@ -95,17 +101,27 @@ Status HierarchicalCommunicator::allreduce(void* buffer, std::size_t count, Data
     Status s = cross_->allreduce(slice, n, dtype, op, deadline);
     if (!s.ok()) {
       cross_failure = s;
-      s = Status(s.code(), where("allreduce") + "the cross-host allreduce with " + cross_names_ +
-                               " failed: " + s.message());
+      // Interrupted by another host's notice: quote it alone (it names the cause).
+      std::string notice;
+      if (notices_->received(&notice)) {
+        s = PeerFailure(where("allreduce") + "another host failed: " + notice);
+      } else {
+        s = Status(s.code(), where("allreduce") + "the cross-host allreduce with " + cross_names_ +
+                                 " failed: " + s.message());
+      }
     }
     return s;
   };
   Status s = shm_allreduce_staged(*local_, buffer, count, dtype, op, stage, deadline);
   if (s.ok()) return s;
-  if (cross_failure.ok() && s.code() == ErrorCode::kPeerFailure) {
+  if (s.code() != ErrorCode::kPeerFailure) return s;
+  if (cross_failure.ok()) {
     // Failed in this host's shared-memory phases (the message names the ranks).
     s = PeerFailure(where("allreduce") + "on this host: " + s.message());
   }
+  // Tell the other hosts at once, unless this failure came from their notice: MPI would
+  // make them wait for their deadline.
+  if (std::string notice; !notices_->received(&notice)) notices_->announce(s.message());
   return record(std::move(s));
 }
 

@@ -7,7 +7,9 @@
 //   2. wrap the host's communicator in the shm transport (its own bootstrap: one segment
 //      per host, created by the host's first rank and unlinked at once);
 //   3. a control_and over the whole job of "my host's segment works": every rank decides
-//      the same way even when only one host could not create its segment.
+//      the same way even when only one host could not create its segment;
+//   4. the failure-notice channel (a duplicate of the MPI communicator), which the shm
+//      barriers and the cross-host waits poll.
 //
 // Not for: the collectives themselves (hier_collectives.cc).
 #include <cstdlib>
@@ -64,9 +66,14 @@ Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptio
                               "be created (see its ranks' logs)"
                             : "hierarchical: " + mine.message());
   }
+  std::unique_ptr<FailureNotices> notices;
+  KOLO_RETURN_IF_ERROR(create_failure_notices(world, &notices));
+  auto poll = [n = notices.get()](std::string* why) { return n->received(why); };
+  KOLO_RETURN_IF_ERROR(set_shm_interrupt(*local, poll));
+  KOLO_RETURN_IF_ERROR(set_mpi_interrupt(*cross, poll));
   const Topology t = world.topology();
-  comm = std::make_unique<hier::HierarchicalCommunicator>(std::move(comm), std::move(local),
-                                                          std::move(cross), cross_ranks);
+  comm = std::make_unique<hier::HierarchicalCommunicator>(
+      std::move(comm), std::move(notices), std::move(local), std::move(cross), cross_ranks);
   KOLO_LOG(kInfo, "hier") << "hierarchical transport: " << t.cross_size << " hosts x "
                           << t.local_size << " ranks (shared memory inside a host, MPI across)";
   return Status::OK();

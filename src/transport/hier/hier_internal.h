@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transport/communicator.h"
+#include "transport/mpi/mpi_communicator.h"
 
 namespace kolo::transport::hier {
 
@@ -19,8 +20,10 @@ namespace kolo::transport::hier {
 class HierarchicalCommunicator final : public Communicator {
  public:
   // `global`: the job's MPI communicator; `local`: this host's ranks (shm over MPI);
-  // `cross`: the ranks with this local rank (MPI); `cross_ranks`: their global ranks.
+  // `cross`: the ranks with this local rank (MPI); `cross_ranks`: their global ranks;
+  // `notices`: failure notices over `global`, already polled by `local` and `cross`.
   HierarchicalCommunicator(std::unique_ptr<Communicator> global,
+                           std::unique_ptr<FailureNotices> notices,
                            std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
                            const std::vector<int>& cross_ranks);
   // After a peer failure the parts are deliberately not destroyed: MPI's teardown
@@ -57,7 +60,10 @@ class HierarchicalCommunicator final : public Communicator {
   // A part's status; a peer failure there breaks this communicator too.
   Status record(Status s);
 
+  // Destroyed in reverse order: the parts that poll notices_ first, global_ (which may
+  // finalize MPI) last.
   std::unique_ptr<Communicator> global_;
+  std::unique_ptr<FailureNotices> notices_;
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
   std::string cross_names_;  // "ranks 1, 3": who takes part in this rank's cross phase

@@ -11,7 +11,9 @@
 // transport table compiles without MPI's include paths.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -50,5 +52,29 @@ Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Commun
 enum class MpiGroup { kHost, kCross };
 Status split_mpi_communicator(Communicator& world, MpiGroup group,
                               std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks);
+
+// --- failure notices between ranks (for hier/) -------------------------------------------
+// MPI cannot tell a rank that a peer it waits for has died. A rank that learns of a
+// failure some other way (the shm transport sees host-mates die) can announce it here,
+// and every rank that polls received() while it waits fails at once instead of at its
+// deadline. Owned and used by the communicator's thread; destroy before `world`.
+class FailureNotices {
+ public:
+  virtual ~FailureNotices() = default;
+  // Sends `message` to every other rank, once (later calls, and calls after a notice
+  // arrived, do nothing); waits at most 100 ms for the sends to leave.
+  virtual void announce(const std::string& message) = 0;
+  // True once another rank announced a failure; *message is "rank N reported: ...".
+  virtual bool received(std::string* message) = 0;
+};
+// Collective over `world` (made by create_mpi_communicator): a channel over a duplicate of
+// it, with a receive posted for the first notice.
+Status create_failure_notices(Communicator& world, std::unique_ptr<FailureNotices>* out);
+
+// Called while an MPI communicator's data-plane call waits: returning true (with a reason)
+// ends the wait with kPeerFailure and breaks the communicator.
+using MpiInterrupt = std::function<bool(std::string* why)>;
+// Sets it on `comm`, which must come from create_mpi_communicator or split_mpi_communicator.
+Status set_mpi_interrupt(Communicator& comm, MpiInterrupt interrupt);
 
 }  // namespace kolo::transport

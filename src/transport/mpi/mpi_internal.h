@@ -112,6 +112,8 @@ class MpiCommunicator final : public Communicator {
   static Status create(const MpiOptions& options, std::unique_ptr<Communicator>* out);
   // A communicator over one of this one's groups (see split_mpi_communicator).
   Status split(MpiGroup group, std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks);
+  void set_interrupt(MpiInterrupt interrupt) { interrupt_ = std::move(interrupt); }
+  MPI_Comm handle() const { return comm_; }
   ~MpiCommunicator() override;
 
   const Topology& topology() const override { return topology_; }
@@ -181,6 +183,7 @@ class MpiCommunicator final : public Communicator {
   const char* label_ = "mpi";       // "mpi[host]", "mpi[cross]" for sub-communicators
   std::size_t ring_min_bytes_ = 0;  // allreduce uses the ring from this size on; 0: never
   std::vector<char> scratch_;       // the ring's receive buffer
+  MpiInterrupt interrupt_;          // see set_mpi_interrupt
   bool owns_mpi_ = false;           // this object initialized MPI, so it finalizes it
   bool broken_ = false;
   std::string broken_reason_;
@@ -203,17 +206,21 @@ template <typename Describe>
 Status MpiCommunicator::complete(MPI_Request* requests, int n, Clock::time_point start,
                                  Deadline deadline, Describe describe) {
   int error = MPI_SUCCESS;
+  bool interrupted = false;
+  std::string why;
   const WaitResult result = poll_until(
       deadline,
       [&](bool* done) {
         int flag = 0;
         const int rc = MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE);
         *done = flag != 0;
+        if (!*done && interrupt_ && interrupt_(&why)) *done = interrupted = true;
         return rc;
       },
       &error, kDataSpin, kDataMaxNap);
   switch (result) {
     case WaitResult::kDone:
+      if (interrupted) return fail(describe() + " was interrupted: " + why);
       return Status::OK();
     case WaitResult::kMpiError:
       return fail_mpi(describe(), error);

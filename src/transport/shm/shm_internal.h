@@ -37,6 +37,7 @@ class ShmCommunicator final : public Communicator {
   Status allreduce_staged(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                           const SliceStage* stage, Deadline deadline);
   void set_rank_names(std::vector<int> names) { barrier_.set_rank_names(std::move(names)); }
+  void set_interrupt(ShmInterrupt interrupt) { barrier_.set_interrupt(std::move(interrupt)); }
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Deadline deadline) override;
   Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override;

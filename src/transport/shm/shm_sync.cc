@@ -172,6 +172,7 @@ Status Barrier::sync(const char* op, Deadline deadline) {
     if (all_arrived(e)) return Status::OK();
     Status aborted_status;
     if (aborted(op, &aborted_status)) return aborted_status;
+    if (std::string why; interrupt_ && interrupt_(&why)) return fail(op, where(op) + why);
     const auto now = Clock::now();
     if (now >= next_check || now >= deadline) {
       next_check = now + kNap;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,11 @@ class Barrier {
   // Names used for the ranks in messages: names[r] for rank r (the hierarchical transport
   // passes global ranks). Empty (the default): the ranks' own numbers.
   void set_rank_names(std::vector<int> names) { names_ = std::move(names); }
+  // Polled while sync() sleeps (every 20 ms at most): returning true (with a reason) fails
+  // the barrier like a dead rank would. The hierarchical transport's failure notices.
+  void set_interrupt(std::function<bool(std::string* why)> interrupt) {
+    interrupt_ = std::move(interrupt);
+  }
   bool broken() const { return !broken_.empty(); }
   std::uint64_t epoch() const { return epoch_; }
 
@@ -72,6 +78,7 @@ class Barrier {
   std::vector<int> named(const std::vector<int>& ranks) const;
 
   std::vector<int> names_;
+  std::function<bool(std::string* why)> interrupt_;
   std::vector<int> missing_;  // scratch
 };
 
