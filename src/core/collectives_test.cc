@@ -14,12 +14,6 @@ namespace {
 
 using namespace testing;  // NOLINT: test helpers
 
-const DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                               DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                               DataType::kInt32,   DataType::kInt64,   DataType::kBool};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProduct};
-
 std::vector<std::int64_t> sizes() {
   const char* quick = std::getenv("KOLO_TEST_QUICK");
   if (quick && std::string(quick) == "1") return {0, 1, 7, 1024};

@@ -14,12 +14,6 @@ namespace {
 
 using namespace testing;  // NOLINT: test helpers
 
-const DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                               DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                               DataType::kInt32,   DataType::kInt64,   DataType::kBool};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProduct};
-
 // Which tensors get prescale 0.5 and postscale 3: float sums and averages of 7 elements.
 bool scaled_case(DataType dtype, ReduceOp op, std::int64_t count) {
   return is_float(dtype) && (op == ReduceOp::kSum || op == ReduceOp::kAverage) && count == 7;

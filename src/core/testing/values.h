@@ -10,6 +10,13 @@
 
 namespace kolo::core::testing {
 
+// Every dtype and every reduction, for tests that sweep them all.
+inline constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                                          DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                                          DataType::kInt32,   DataType::kInt64,   DataType::kBool};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                       ReduceOp::kMax, ReduceOp::kProduct};
+
 inline double get_value(const void* data, DataType dtype, std::size_t i) {
   switch (dtype) {
     case DataType::kFloat32: return static_cast<const float*>(data)[i];
