@@ -38,9 +38,12 @@ bool can_convert(DataType from, DataType to) {
 DataType wire_dtype(DataType dtype, Compression compression) {
   if (!wide(dtype)) return dtype;
   switch (compression) {
-    case Compression::kFP16: return DataType::kFloat16;
-    case Compression::kBF16: return DataType::kBFloat16;
-    case Compression::kNone: return dtype;
+    case Compression::kFP16:
+      return DataType::kFloat16;
+    case Compression::kBF16:
+      return DataType::kBFloat16;
+    case Compression::kNone:
+      return dtype;
   }
   return dtype;
 }
@@ -55,12 +58,16 @@ void convert_scaled(const void* src, DataType from, void* dst, DataType to, std:
   const double f = factor / divisor;
   if (narrow(to)) {
     auto* out = static_cast<std::uint16_t*>(dst);
-    if (from == DataType::kFloat32) narrow_from(static_cast<const float*>(src), out, count, to, f);
-    else narrow_from(static_cast<const double*>(src), out, count, to, f);
+    if (from == DataType::kFloat32)
+      narrow_from(static_cast<const float*>(src), out, count, to, f);
+    else
+      narrow_from(static_cast<const double*>(src), out, count, to, f);
   } else {
     const auto* in = static_cast<const std::uint16_t*>(src);
-    if (to == DataType::kFloat32) widen_to(in, static_cast<float*>(dst), count, from, f);
-    else widen_to(in, static_cast<double*>(dst), count, from, f);
+    if (to == DataType::kFloat32)
+      widen_to(in, static_cast<float*>(dst), count, from, f);
+    else
+      widen_to(in, static_cast<double*>(dst), count, from, f);
   }
 }
 

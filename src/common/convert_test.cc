@@ -35,7 +35,8 @@ TEST(ConvertTest, RoundTripsWithScalingMatchTheScalarConversions) {
     std::vector<double> back(src.size());
     convert_scaled(packed.data(), wire, back.data(), DataType::kFloat64, src.size(), 3.0, 2.0);
     for (std::size_t i = 0; i < src.size(); ++i) {
-      const float narrow = wire == DataType::kFloat16 ? half_to_float(packed[i]) : bfloat16_to_float(packed[i]);
+      const float narrow =
+          wire == DataType::kFloat16 ? half_to_float(packed[i]) : bfloat16_to_float(packed[i]);
       EXPECT_DOUBLE_EQ(back[i], static_cast<double>(narrow) * 1.5) << i;
     }
   }

@@ -26,9 +26,10 @@ Autotuner::Autotuner(const Tunables& start, AutotuneOptions options)
   if (!options_.log_path.empty()) {
     log_ = std::fopen(options_.log_path.c_str(), "w");
     if (log_) {
-      std::fputs("sample,phase,fusion_threshold_bytes,cycle_time_ms,hierarchical,bytes,seconds,"
-                 "bytes_per_second\n",
-                 log_);
+      std::fputs(
+          "sample,phase,fusion_threshold_bytes,cycle_time_ms,hierarchical,bytes,seconds,"
+          "bytes_per_second\n",
+          log_);
       std::fflush(log_);
     }
   }

@@ -48,7 +48,8 @@ TEST(AutotuneRuntimeTest, EveryRankUsesTheSameValuesAtEveryCycleAndEndsSettled) 
   });
   ASSERT_FALSE(history[0].empty()) << "autotune never changed anything in 200 steps";
   for (int r = 1; r < kRanks; ++r) {
-    EXPECT_EQ(history[r], history[0]) << "rank " << r << " switched at other cycles or to other values";
+    EXPECT_EQ(history[r], history[0])
+        << "rank " << r << " switched at other cycles or to other values";
     EXPECT_EQ(final_values[r], final_values[0]);
   }
   // The log ends with the settled choice, which is what the ranks use now.
@@ -56,7 +57,8 @@ TEST(AutotuneRuntimeTest, EveryRankUsesTheSameValuesAtEveryCycleAndEndsSettled) 
   std::string line, last;
   int samples = 0;
   while (std::getline(in, line)) {
-    if (line.find(",search,") != std::string::npos || line.find(",warmup,") != std::string::npos) ++samples;
+    if (line.find(",search,") != std::string::npos || line.find(",warmup,") != std::string::npos)
+      ++samples;
     last = line;
   }
   EXPECT_GE(samples, 1 + 2 + 4) << "warm-up, 2 thresholds, 4 other cycle times";

@@ -15,7 +15,9 @@ constexpr std::int64_t kMiB = 1 << 20;
 
 // A job whose throughput peaks at a 4 MiB buffer and a 1 ms cycle time.
 double made_up_rate(const Tunables& t) {
-  const double f = t.fusion_threshold_bytes == 4 * kMiB ? 3.0 : t.fusion_threshold_bytes == 16 * kMiB ? 2.0 : 1.0;
+  const double f = t.fusion_threshold_bytes == 4 * kMiB    ? 3.0
+                   : t.fusion_threshold_bytes == 16 * kMiB ? 2.0
+                                                           : 1.0;
   const double c = t.cycle_time_ms == 1.0 ? 1.5 : 1.0;
   return 1e9 * f * c;
 }
@@ -39,11 +41,13 @@ TEST(AutotuneTest, SearchesThresholdsThenCycleTimesAndSettlesOnTheBest) {
   o.cycles_per_sample = 3;
   o.fusion_thresholds = {1 * kMiB, 4 * kMiB, 16 * kMiB};
   o.cycle_times_ms = {0.0, 1.0, 5.0};
-  const Tunables start{.fusion_threshold_bytes = 16 * kMiB, .cycle_time_ms = 0.0, .hierarchical = false};
+  const Tunables start{
+      .fusion_threshold_bytes = 16 * kMiB, .cycle_time_ms = 0.0, .hierarchical = false};
   Autotuner tuner(start, o);
   const auto changes = drive(tuner);
   ASSERT_TRUE(tuner.settled());
-  const Tunables best{.fusion_threshold_bytes = 4 * kMiB, .cycle_time_ms = 1.0, .hierarchical = false};
+  const Tunables best{
+      .fusion_threshold_bytes = 4 * kMiB, .cycle_time_ms = 1.0, .hierarchical = false};
   EXPECT_EQ(tuner.current(), best);
   ASSERT_FALSE(changes.empty());
   EXPECT_EQ(changes.back(), best);
@@ -67,13 +71,15 @@ TEST(AutotuneTest, SearchesThresholdsThenCycleTimesAndSettlesOnTheBest) {
 TEST(AutotuneTest, DefaultGridsStayWithinTheConfiguredBuffer) {
   EXPECT_EQ(Autotuner::default_fusion_thresholds(64 * kMiB),
             (std::vector<std::int64_t>{1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}));
-  EXPECT_EQ(Autotuner::default_fusion_thresholds(8 * kMiB), (std::vector<std::int64_t>{1 * kMiB, 4 * kMiB, 8 * kMiB}));
+  EXPECT_EQ(Autotuner::default_fusion_thresholds(8 * kMiB),
+            (std::vector<std::int64_t>{1 * kMiB, 4 * kMiB, 8 * kMiB}));
   EXPECT_EQ(Autotuner::default_fusion_thresholds(0), (std::vector<std::int64_t>{0}));
   EXPECT_FALSE(Autotuner::default_cycle_times_ms().empty());
 }
 
 TEST(AutotuneTest, LogHasOneLinePerSampleAndTheSettledChoice) {
-  const std::string path = ::testing::TempDir() + "kolo_autotune_" + std::to_string(::getpid()) + ".csv";
+  const std::string path =
+      ::testing::TempDir() + "kolo_autotune_" + std::to_string(::getpid()) + ".csv";
   {
     AutotuneOptions o;
     o.warmup_samples = 1;
@@ -81,7 +87,9 @@ TEST(AutotuneTest, LogHasOneLinePerSampleAndTheSettledChoice) {
     o.fusion_thresholds = {1 * kMiB, 4 * kMiB};
     o.cycle_times_ms = {0.0, 1.0};
     o.log_path = path;
-    Autotuner tuner(Tunables{.fusion_threshold_bytes = 4 * kMiB, .cycle_time_ms = 0.0, .hierarchical = false}, o);
+    Autotuner tuner(
+        Tunables{.fusion_threshold_bytes = 4 * kMiB, .cycle_time_ms = 0.0, .hierarchical = false},
+        o);
     drive(tuner);
     ASSERT_TRUE(tuner.settled());
   }

@@ -10,7 +10,8 @@ ReduceOp wire(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : 
 // The buffer holds wire dtypes: a float32 tensor compressed to float16 fuses with float16
 // tensors.
 bool compatible(const Response& a, const Response& b) {
-  return a.wire_dtype == b.wire_dtype && a.device == b.device && wire(a.reduce_op) == wire(b.reduce_op);
+  return a.wire_dtype == b.wire_dtype && a.device == b.device &&
+         wire(a.reduce_op) == wire(b.reduce_op);
 }
 
 }  // namespace
@@ -45,7 +46,7 @@ std::vector<FusionGroup> plan_fusion(const std::vector<Response>& responses,
     for (std::size_t j = i + 1; j < responses.size(); ++j) {
       const Response& next = responses[j];
       if (next.is_error()) continue;  // runs nothing on the wire
-      if (!fusable(next)) break;  // barriers, joins and other ops keep their order
+      if (!fusable(next)) break;      // barriers, joins and other ops keep their order
       if (placed[j] || !compatible(first, next)) continue;
       const std::int64_t b = wire_bytes(next);
       if (bytes + b > threshold_bytes) continue;

@@ -3,9 +3,10 @@
 // A training step submits hundreds of gradients, most of them small; one collective per
 // tensor would make each pay the transport's latency. Allreduces that are ready in the
 // same cycle, have the same wire dtype (the dtype, or float16/bfloat16 for compressed
-// float32/float64), device kind and wire reduction (average travels as a sum), are packed into one buffer of at most KOLO_FUSION_THRESHOLD bytes and reduced
-// once. Scaling (prescale, average, postscale) differs per tensor and is applied while
-// packing and unpacking, so it does not prevent fusion; so is compression.
+// float32/float64), device kind and wire reduction (average travels as a sum), are packed into one
+// buffer of at most KOLO_FUSION_THRESHOLD bytes and reduced once. Scaling (prescale, average,
+// postscale) differs per tensor and is applied while packing and unpacking, so it does not prevent
+// fusion; so is compression.
 //
 // Pure: takes the response list every rank received and returns the same plan on every
 // rank. Not for: moving bytes (executor.h).

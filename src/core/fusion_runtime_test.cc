@@ -150,7 +150,8 @@ TEST(CompressionRuntime, CompressedAllreducesMatchTheReferenceWithinWirePrecisio
       for (Compression c : {Compression::kFP16, Compression::kBF16, Compression::kNone}) {
         for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16}) {
           Case x{c, dtype, Tensor(dtype, {257}), {}};
-          for (int i = 0; i < 257; ++i) testing::set_value(x.t.data(), dtype, i, 0.25 * (rank + 1) * (i % 17));
+          for (int i = 0; i < 257; ++i)
+            testing::set_value(x.t.data(), dtype, i, 0.25 * (rank + 1) * (i % 17));
           AllreduceOptions o;
           o.name = "c" + std::to_string(k++);
           o.op = ReduceOp::kAverage;
@@ -168,7 +169,8 @@ TEST(CompressionRuntime, CompressedAllreducesMatchTheReferenceWithinWirePrecisio
         for (int i = 0; i < 257; ++i) {
           const double want = 2.0 * 0.25 * (1 + 2 + 3) * (i % 17) / 3;
           ASSERT_NEAR(testing::get_value(x.t.data(), x.dtype, i), want, tol * std::abs(want) + 1e-6)
-              << x.h.name() << " " << dtype_name(x.dtype) << " element " << i << " threshold " << threshold;
+              << x.h.name() << " " << dtype_name(x.dtype) << " element " << i << " threshold "
+              << threshold;
         }
       }
     });
@@ -181,7 +183,8 @@ TEST(CompressionRuntime, MismatchedCompressionFailsOnEveryRankNamingIt) {
     AllreduceOptions o;
     o.name = "grad.w";
     o.compression = rank == 0 ? Compression::kFP16 : Compression::kNone;
-    Handle h = rt.allreduce({testing::view_of(v, DataType::kFloat32)}, {testing::view_of(v, DataType::kFloat32)}, o, false);
+    Handle h = rt.allreduce({testing::view_of(v, DataType::kFloat32)},
+                            {testing::view_of(v, DataType::kFloat32)}, o, false);
     h.wait_for(std::chrono::seconds(20));
     ASSERT_TRUE(h.poll());
     EXPECT_FALSE(h.ok());

@@ -6,8 +6,8 @@
 namespace kolo::core {
 namespace {
 
-Response allreduce(const std::string& name, std::int64_t elements, DataType dtype = DataType::kFloat32,
-                   ReduceOp op = ReduceOp::kSum) {
+Response allreduce(const std::string& name, std::int64_t elements,
+                   DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
   Response r;
   r.name = name;
   r.op = OpType::kAllreduce;
@@ -46,11 +46,13 @@ TEST(FusionTest, AverageAndSumShareTheWireButMinDoesNot) {
 }
 
 TEST(FusionTest, LooksPastOtherDtypesButNotPastOtherOps) {
-  const std::vector<Response> rs = {
-      allreduce("f32a", 4),          allreduce("f16a", 4, DataType::kFloat16),
-      allreduce("f32b", 4),          allreduce("f16b", 4, DataType::kFloat16),
-      other("bar", OpType::kBarrier), allreduce("f32c", 4),
-      allreduce("f32d", 4)};
+  const std::vector<Response> rs = {allreduce("f32a", 4),
+                                    allreduce("f16a", 4, DataType::kFloat16),
+                                    allreduce("f32b", 4),
+                                    allreduce("f16b", 4, DataType::kFloat16),
+                                    other("bar", OpType::kBarrier),
+                                    allreduce("f32c", 4),
+                                    allreduce("f32d", 4)};
   EXPECT_EQ(plan_fusion(rs, 1 << 20), (Groups{{0, 2}, {1, 3}, {4}, {5, 6}}));
 }
 
@@ -68,8 +70,11 @@ TEST(FusionTest, OversizedErrorAndNonAllreduceResponsesStayAlone) {
   Response failed = allreduce("bad", 4);
   failed.error_code = ErrorCode::kMismatch;
   failed.error = "shape mismatch";
-  const std::vector<Response> rs = {allreduce("big", 1000), allreduce("a", 4), failed,
-                                    allreduce("b", 4), other("bc", OpType::kBroadcast),
+  const std::vector<Response> rs = {allreduce("big", 1000),
+                                    allreduce("a", 4),
+                                    failed,
+                                    allreduce("b", 4),
+                                    other("bc", OpType::kBroadcast),
                                     other("ag", OpType::kAllgather)};
   // "big" is 4000 bytes > 100: alone. The error response runs nothing: a and b fuse past it.
   EXPECT_EQ(plan_fusion(rs, 100), (Groups{{0}, {1, 3}, {2}, {4}, {5}}));

@@ -40,8 +40,8 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   if (file_) std::fclose(file_);
   file_ = std::fopen(path.c_str(), "w");
   if (!file_) {
-    return InvalidArgument("timeline: cannot open '" + path + "' for writing: " + std::strerror(errno) +
-                           " (KOLO_TIMELINE / start_timeline)");
+    return InvalidArgument("timeline: cannot open '" + path + "' for writing: " +
+                           std::strerror(errno) + " (KOLO_TIMELINE / start_timeline)");
   }
   mark_cycles_ = mark_cycles;
   first_event_ = true;
@@ -83,11 +83,13 @@ int Timeline::row(const std::string& name) {
   return id;
 }
 
-void Timeline::record(const std::string& name, const char* op, std::int64_t bytes, const Phases& p) {
+void Timeline::record(const std::string& name, const char* op, std::int64_t bytes,
+                      const Phases& p) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   const int tid = row(name);
-  const std::string args = R"(,"args":{"op":")" + std::string(op) + R"(","bytes":)" + std::to_string(bytes) + "}}";
+  const std::string args =
+      R"(,"args":{"op":")" + std::string(op) + R"(","bytes":)" + std::to_string(bytes) + "}}";
   struct Span {
     const char* phase;
     Clock::time_point from, to;
@@ -102,7 +104,8 @@ void Timeline::record(const std::string& name, const char* op, std::int64_t byte
     const auto from = std::max(s.from, origin_);
     const double dur = std::max(0.0, us(s.to) - us(from));
     write_event(R"({"name":")" + std::string(s.phase) + R"(","ph":"X","pid":0,"tid":)" +
-                std::to_string(tid) + R"(,"ts":)" + number(us(from)) + R"(,"dur":)" + number(dur) + args);
+                std::to_string(tid) + R"(,"ts":)" + number(us(from)) + R"(,"dur":)" + number(dur) +
+                args);
   }
   // Flush now and then, not per event: a step records hundreds of tensors.
   const auto now = Clock::now();

@@ -53,14 +53,16 @@ class Timeline {
  private:
   void write_event(const std::string& json);  // caller holds mu_
   int row(const std::string& name);           // caller holds mu_
-  double us(Clock::time_point t) const { return std::chrono::duration<double, std::micro>(t - origin_).count(); }
+  double us(Clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - origin_).count();
+  }
 
   mutable std::mutex mu_;
-  std::FILE* file_ = nullptr;  // guarded by mu_
-  bool mark_cycles_ = false;   // guarded by mu_
-  bool first_event_ = true;    // guarded by mu_
-  Clock::time_point origin_;   // guarded by mu_
-  Clock::time_point last_flush_;  // guarded by mu_
+  std::FILE* file_ = nullptr;                  // guarded by mu_
+  bool mark_cycles_ = false;                   // guarded by mu_
+  bool first_event_ = true;                    // guarded by mu_
+  Clock::time_point origin_;                   // guarded by mu_
+  Clock::time_point last_flush_;               // guarded by mu_
   std::unordered_map<std::string, int> rows_;  // guarded by mu_
 };
 

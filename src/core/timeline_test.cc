@@ -6,8 +6,8 @@
 #include <map>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "core/testing/ranks.h"
 
@@ -55,8 +55,10 @@ void submit_round(int rank, Runtime& rt, int round, std::vector<float>& a, std::
   og.name = "gathered";
   BroadcastOptions oc;
   oc.name = "weights";
-  Handle ha = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, oa, false);
-  Handle hb = rt.allreduce({view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)}, ob, false);
+  Handle ha =
+      rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, oa, false);
+  Handle hb =
+      rt.allreduce({view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)}, ob, false);
   Handle hg = rt.allgather(view_of(c, DataType::kFloat32), og);
   Handle hc = rt.broadcast(view_of(c, DataType::kFloat32), oc);
   for (Handle* h : {&ha, &hb, &hg, &hc}) h->wait();
@@ -95,17 +97,19 @@ TEST(TimelineTest, EveryPhaseOfEveryTensorInOrderAndLateRanksShowAsWaits) {
         const double ts = e.at("ts").get<double>();
         const double dur = e.at("dur").get<double>();
         EXPECT_GE(dur, 0) << name << " " << phase;
-        EXPECT_GE(ts + 1e-3, end) << name << " round " << round << ": " << phase << " starts before the previous phase ended";
+        EXPECT_GE(ts + 1e-3, end) << name << " round " << round << ": " << phase
+                                  << " starts before the previous phase ended";
         end = ts + dur;
         EXPECT_EQ(e.at("args").at("op").get<std::string>(),
-                  std::string(name) == "gathered" ? "allgather"
+                  std::string(name) == "gathered"  ? "allgather"
                   : std::string(name) == "weights" ? "broadcast"
-                                                    : "allreduce");
+                                                   : "allreduce");
       }
     }
   }
   const double waited = tensors.at("grad.a").at("wait_for_ranks")[0].at("dur").get<double>();
-  EXPECT_GT(waited, 20000) << "rank 1 was 60 ms late, but grad.a's wait_for_ranks lasted " << waited << " us";
+  EXPECT_GT(waited, 20000) << "rank 1 was 60 ms late, but grad.a's wait_for_ranks lasted " << waited
+                           << " us";
   EXPECT_EQ(tensors.at("grad.a").at("pack")[0].at("args").at("bytes").get<int>(), 4000);
   int cycles = 0;
   for (const auto& e : trace) cycles += e.value("name", "") == "cycle" && e.value("ph", "") == "i";
@@ -121,11 +125,13 @@ TEST(TimelineTest, StartAndStopAtRunTimeRecordOnlyInBetween) {
     ASSERT_TRUE(rt.start_timeline(path, false).ok());
     AllreduceOptions o;
     o.name = "during";
-    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false).wait();
+    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
+        .wait();
     rt.barrier({}).wait();
     rt.stop_timeline();
     o.name = "after";
-    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false).wait();
+    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
+        .wait();
   });
   const auto tensors = by_tensor(read_json(path));
   EXPECT_TRUE(tensors.count("during"));
@@ -139,7 +145,8 @@ TEST(TimelineTest, UnwritablePathIsAClearError) {
   Timeline t;
   const Status s = t.start("/nonexistent-dir/kolo/timeline.json", false);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("/nonexistent-dir/kolo/timeline.json"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("/nonexistent-dir/kolo/timeline.json"), std::string::npos)
+      << s.message();
   EXPECT_FALSE(t.active());
 }
 
