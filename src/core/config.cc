@@ -45,6 +45,9 @@ const std::vector<OptionDoc>& config_options() {
       {"KOLO_AUTOTUNE_LOG", "", "path (unset: off): rank 0 writes each autotune sample as a CSV line"},
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before the search"},
       {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "20", "busy negotiation cycles measured per autotune sample"},
+      {"KOLO_HIERARCHICAL", "auto",
+       "auto (hierarchical allreduce: shared memory inside each host, MPI across hosts, when "
+       "there are several hosts with equal numbers of ranks), 0 (off), 1 (required)"},
       {"KOLO_SHM", "auto",
        "auto (shared-memory transport when every rank is on one host), 0 (off: plain MPI), "
        "1 (required: error if ranks span hosts)"},
@@ -147,6 +150,12 @@ Status parse_config(const Env& env, Config* out) {
       read_int(env, "KOLO_AUTOTUNE_WARMUP_SAMPLES", 1, 1000, &c.autotune_warmup_samples));
   KOLO_RETURN_IF_ERROR(
       read_int(env, "KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", 1, 1000000, &c.autotune_cycles_per_sample));
+  if (auto it = env.find("KOLO_HIERARCHICAL"); it != env.end() && !it->second.empty()) {
+    if (it->second != "auto" && it->second != "0" && it->second != "1") {
+      return bad("KOLO_HIERARCHICAL", it->second, "auto, 0 or 1");
+    }
+    c.hierarchical = it->second;
+  }
   if (auto it = env.find("KOLO_SHM"); it != env.end() && !it->second.empty()) {
     if (it->second != "auto" && it->second != "0" && it->second != "1") {
       return bad("KOLO_SHM", it->second, "auto, 0 or 1");

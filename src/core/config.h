@@ -32,6 +32,7 @@ struct Config {
   // of at most this many bytes; 0 disables fusion.
   std::int64_t fusion_threshold_bytes = std::int64_t{64} << 20;
   std::string shm = "auto";            // KOLO_SHM: auto, 0 or 1 (read by the transport table)
+  std::string hierarchical = "auto";   // KOLO_HIERARCHICAL: auto, 0 or 1 (transport table)
   std::string timeline_path;           // KOLO_TIMELINE: Chrome-trace file written by rank 0
   bool timeline_mark_cycles = false;   // KOLO_TIMELINE_MARK_CYCLES
   bool autotune = false;               // KOLO_AUTOTUNE

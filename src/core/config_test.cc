@@ -77,6 +77,7 @@ TEST(ConfigTest, EachVariableParsed) {
   EXPECT_EQ(parse_ok({{"KOLO_TIMELINE", "/tmp/t.json"}}).timeline_path, "/tmp/t.json");
   EXPECT_TRUE(parse_ok({{"KOLO_TIMELINE_MARK_CYCLES", "1"}}).timeline_mark_cycles);
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "0"}}).shm, "0");
+  EXPECT_EQ(parse_ok({{"KOLO_HIERARCHICAL", "1"}}).hierarchical, "1");
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "1"}}).shm, "1");
   const std::pair<const char*, log::Level> levels[] = {
       {"trace", log::kTrace}, {"info", log::kInfo},   {"warning", log::kWarning},
@@ -113,6 +114,7 @@ TEST(ConfigTest, BadValuesNameVariableAndValue) {
       {"KOLO_FUSION_THRESHOLD", "64M"},
       {"KOLO_FUSION_THRESHOLD", "2e6"},
       {"KOLO_SHM", "yes"},
+      {"KOLO_HIERARCHICAL", "on"},
       {"KOLO_AUTOTUNE", "yes"},
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},
       {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "many"},
@@ -171,6 +173,7 @@ TEST(ConfigTest, DocumentedDefaultsParseToBuiltInDefaults) {
   EXPECT_EQ(documented.transport, builtin.transport);
   EXPECT_EQ(documented.fusion_threshold_bytes, builtin.fusion_threshold_bytes);
   EXPECT_EQ(documented.shm, builtin.shm);
+  EXPECT_EQ(documented.hierarchical, builtin.hierarchical);
   EXPECT_EQ(documented.timeline_path, builtin.timeline_path);
   EXPECT_EQ(documented.timeline_mark_cycles, builtin.timeline_mark_cycles);
   EXPECT_EQ(documented.autotune, builtin.autotune);
