@@ -29,44 +29,7 @@
 namespace kolo::transport::hier_check {
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-constexpr std::size_t kSizes[] = {0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
-
-class Checker {
- public:
-  explicit Checker(Communicator* comm) : comm_(comm) {}
-  void fail(const std::string& what) {
-    ++failures_;
-    ok_ = false;
-    if (failures_ <= 20) std::printf("FAIL [rank %d] %s\n", comm_->rank(), what.c_str());
-    std::fflush(stdout);
-  }
-  bool expect_ok(const Status& s, const std::string& what) {
-    if (!s.ok()) fail(what + ": " + s.to_string());
-    return s.ok();
-  }
-  void count() { ++cases_; }
-  // Every rank's verdict is ANDed; rank 0 prints.
-  void end_group(const char* name) {
-    std::vector<std::uint64_t> ok = {ok_ ? 1u : 0u};
-    if (!comm_->control_and(ok, soon()).ok()) fail(std::string(name) + ": verdict exchange failed");
-    if (comm_->rank() == 0)
-      std::printf("%s %s (%d cases)\n", ok[0] ? "PASS" : "FAIL", name, cases_);
-    std::fflush(stdout);
-    ok_ = true;
-    cases_ = 0;
-  }
-  int failures() const { return failures_; }
-
- private:
-  Communicator* comm_;
-  bool ok_ = true;
-  int cases_ = 0;
-  int failures_ = 0;
-};
+using namespace check;  // NOLINT: the check harness
 
 void check_topology(Communicator* comm, Checker& c) {
   const char* env = std::getenv("KOLO_TEST_HOSTS");
@@ -213,7 +176,7 @@ int main(int argc, char** argv) {
     hier_check::run_bench(hier);
     return 0;
   }
-  hier_check::Checker c(comm.get());
+  check::Checker c(comm.get(), std::chrono::seconds(60));
   hier_check::check_topology(comm.get(), c);
   c.end_group("hierarchical topology follows KOLO_TEST_HOSTS");
   hier_check::check_allreduce(hier, c);

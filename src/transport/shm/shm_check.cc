@@ -25,129 +25,12 @@
 #include "transport/shm/shm_check.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/table.h"
+#include "transport/testing/check_harness.h"
 
 namespace kolo::transport::shm_check {
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-constexpr std::size_t kSizes[] = {0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
-
-std::uint32_t hash(std::uint64_t x) {
-  return static_cast<std::uint32_t>((x * 0x9e3779b97f4a7c15ull) >> 32);
-}
-
-// Rank r's element i: sums of -2..2, products of {-1, 1, 2} (|product| <= 16 on 4 ranks).
-std::int64_t input(int rank, std::size_t i, DataType dt, ReduceOp op) {
-  const std::uint32_t h = hash(i * 1000003ull + static_cast<std::uint64_t>(rank));
-  if (dt == DataType::kBool) return h % 3 != 0;
-  if (dt == DataType::kUInt8) return op == ReduceOp::kProduct ? 1 + h % 2 : h % 4;
-  static const std::int64_t kFactors[] = {1, 2, -1};
-  if (op == ReduceOp::kProduct) return kFactors[h % 3];
-  return static_cast<std::int64_t>(h % 5) - 2;
-}
-
-std::int64_t fold(DataType dt, ReduceOp op, std::int64_t a, std::int64_t b) {
-  if (dt == DataType::kBool)
-    return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (a || b) : (a && b);
-  switch (op) {
-    case ReduceOp::kMin:
-      return std::min(a, b);
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kProduct:
-      return a * b;
-    default:
-      return a + b;
-  }
-}
-
-void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
-  auto put = [&](auto x) { std::memcpy(static_cast<char*>(buf) + i * sizeof x, &x, sizeof x); };
-  switch (dt) {
-    case DataType::kFloat32:
-      return put(static_cast<float>(v));
-    case DataType::kFloat64:
-      return put(static_cast<double>(v));
-    case DataType::kFloat16:
-      return put(float_to_half(static_cast<float>(v)));
-    case DataType::kBFloat16:
-      return put(float_to_bfloat16(static_cast<float>(v)));
-    case DataType::kInt8:
-      return put(static_cast<std::int8_t>(v));
-    case DataType::kUInt8:
-      return put(static_cast<std::uint8_t>(v));
-    case DataType::kInt32:
-      return put(static_cast<std::int32_t>(v));
-    case DataType::kInt64:
-      return put(static_cast<std::int64_t>(v));
-    case DataType::kBool:
-      return put(static_cast<std::uint8_t>(v != 0));
-  }
-}
-
-double load(DataType dt, const void* buf, std::size_t i) {
-  auto get = [&](auto x) {
-    std::memcpy(&x, static_cast<const char*>(buf) + i * sizeof x, sizeof x);
-    return x;
-  };
-  switch (dt) {
-    case DataType::kFloat32:
-      return get(float{});
-    case DataType::kFloat64:
-      return get(double{});
-    case DataType::kFloat16:
-      return half_to_float(get(std::uint16_t{}));
-    case DataType::kBFloat16:
-      return bfloat16_to_float(get(std::uint16_t{}));
-    case DataType::kInt8:
-      return get(std::int8_t{});
-    case DataType::kUInt8:
-      return get(std::uint8_t{});
-    case DataType::kInt32:
-      return get(std::int32_t{});
-    case DataType::kInt64:
-      return static_cast<double>(get(std::int64_t{}));
-    case DataType::kBool:
-      return get(std::uint8_t{});
-  }
-  return 0;
-}
-
-class Checker {
- public:
-  explicit Checker(Communicator* comm) : comm_(comm) {}
-  void fail(const std::string& what) {
-    ++failures_;
-    ok_ = false;
-    if (failures_ <= 20) std::printf("FAIL [rank %d] %s\n", comm_->rank(), what.c_str());
-    std::fflush(stdout);
-  }
-  bool expect_ok(const Status& s, const std::string& what) {
-    if (!s.ok()) fail(what + ": " + s.to_string());
-    return s.ok();
-  }
-  void count() { ++cases_; }
-  // Every rank's verdict is ANDed (through the communicator under test); rank 0 prints.
-  void end_group(const char* name) {
-    std::vector<std::uint64_t> ok = {ok_ ? 1u : 0u};
-    if (!comm_->control_and(ok, soon()).ok()) fail(std::string(name) + ": verdict exchange failed");
-    if (comm_->rank() == 0)
-      std::printf("%s %s (%d cases)\n", ok[0] ? "PASS" : "FAIL", name, cases_);
-    std::fflush(stdout);
-    ok_ = true;
-    cases_ = 0;
-  }
-  int failures() const { return failures_; }
-
- private:
-  Communicator* comm_;
-  bool ok_ = true;
-  int cases_ = 0;
-  int failures_ = 0;
-};
+using namespace check;  // NOLINT: the check harness
 
 // path 0: copy; 1: zero-copy (fusion_buffer); 2: zero-copy on even ranks only.
 void check_allreduce(Communicator* comm, Checker& c) {
@@ -276,7 +159,7 @@ int main(int argc, char** argv) {
     shm_check::run_bench(comm.get());
     return 0;
   }
-  shm_check::Checker c(comm.get());
+  check::Checker c(comm.get(), std::chrono::seconds(30));
   shm_check::check_allreduce(comm.get(), c);
   c.end_group("shm allreduce: every dtype x op x size, copy / zero-copy / mixed paths");
   shm_check::check_others(comm.get(), c);
