@@ -5,6 +5,7 @@
 
 #include "common/convert.h"
 #include "common/reduce.h"
+#include "core/fusion.h"
 #include "core/negotiation.h"
 
 namespace kolo::core {
@@ -25,11 +26,13 @@ std::size_t row_bytes(const Shape& shape, DataType dtype) {
   return n;
 }
 
-// The reduction the wire runs for `op`: averaging is a sum followed by a division.
-ReduceOp wire_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+// Averaging divides the sum by the number of ranks (joined ranks included).
+double average_divisor(const Response& r, int size) {
+  return r.reduce_op == ReduceOp::kAverage ? size : 1.0;
+}
 
 void finish_scaling(void* buf, std::size_t count, const Response& r, int size) {
-  const double divisor = r.reduce_op == ReduceOp::kAverage ? size : 1.0;
+  const double divisor = average_divisor(r, size);
   if (r.postscale != 1.0 || divisor != 1.0) scale(buf, count, r.dtype, r.postscale, divisor);
 }
 
@@ -206,8 +209,8 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
       std::byte* src = base + offset * elem;
       if (entries[k] && count) {
         // Average and postscale while copying (or decompressing) out.
-        const double divisor = r.reduce_op == ReduceOp::kAverage ? comm.size() : 1.0;
-        convert_scaled(src, wire, entries[k]->outputs[i].data, r.dtype, count, r.postscale, divisor);
+        convert_scaled(src, wire, entries[k]->outputs[i].data, r.dtype, count, r.postscale,
+                       average_divisor(r, comm.size()));
       }
       offset += count;
     }

@@ -5,16 +5,16 @@ namespace {
 
 bool fusable(const Response& r) { return r.op == OpType::kAllreduce && !r.is_error(); }
 
-ReduceOp wire(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
-
 // The buffer holds wire dtypes: a float32 tensor compressed to float16 fuses with float16
 // tensors.
 bool compatible(const Response& a, const Response& b) {
   return a.wire_dtype == b.wire_dtype && a.device == b.device &&
-         wire(a.reduce_op) == wire(b.reduce_op);
+         wire_op(a.reduce_op) == wire_op(b.reduce_op);
 }
 
 }  // namespace
+
+ReduceOp wire_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
 std::int64_t allreduce_bytes(const Response& r) {
   std::int64_t total = 0;

@@ -23,6 +23,9 @@ namespace kolo::core {
 // of one is executed on its own (any op); a larger group is a fused allreduce.
 using FusionGroup = std::vector<std::size_t>;
 
+// The reduction the wire runs for `op`: averaging is a sum followed by a division.
+ReduceOp wire_op(ReduceOp op);
+
 // Bytes of an allreduce response's tensors (all of a grouped allreduce's shapes), and
 // the bytes they take in the fusion buffer (in the wire dtype: compression halves them).
 std::int64_t allreduce_bytes(const Response& r);
