@@ -51,8 +51,7 @@ DataType wire_dtype(DataType dtype, Compression compression) {
 void convert_scaled(const void* src, DataType from, void* dst, DataType to, std::size_t count,
                     double factor, double divisor) {
   if (from == to) {
-    if (count && dst != src) std::memcpy(dst, src, count * dtype_size(from));
-    if (factor != 1.0 || divisor != 1.0) scale(dst, count, to, factor, divisor);
+    scale_into(dst, src, count, to, factor, divisor);
     return;
   }
   const double f = factor / divisor;

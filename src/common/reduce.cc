@@ -151,17 +151,19 @@ void reduce_bool(void* dst, const void* src, std::size_t n, ReduceOp op) {
 }
 
 template <typename T>
-void scale_int(void* buf, std::size_t n, double factor, double divisor) {
-  T* p = static_cast<T*>(buf);
+void scale_int(void* dst, const void* src, std::size_t n, double factor, double divisor) {
+  T* out = static_cast<T*>(dst);
+  const T* in = static_cast<const T*>(src);
   const long double f = factor, d = divisor;
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(std::trunc(p[i] * f / d));
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(std::trunc(in[i] * f / d));
 }
 
 template <float (*ToF)(std::uint16_t), std::uint16_t (*FromF)(float)>
-void scale_16(void* buf, std::size_t n, double factor) {
-  auto* p = static_cast<std::uint16_t*>(buf);
+void scale_16(void* dst, const void* src, std::size_t n, double factor) {
+  auto* out = static_cast<std::uint16_t*>(dst);
+  const auto* in = static_cast<const std::uint16_t*>(src);
   const float f = static_cast<float>(factor);
-  for (std::size_t i = 0; i < n; ++i) p[i] = FromF(ToF(p[i]) * f);
+  for (std::size_t i = 0; i < n; ++i) out[i] = FromF(ToF(in[i]) * f);
 }
 
 }  // namespace
@@ -189,36 +191,47 @@ void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, 
   }
 }
 
-void scale(void* buf, std::size_t count, DataType dtype, double factor, double divisor) {
-  if (factor == 1.0 && divisor == 1.0) return;
+void scale_into(void* dst, const void* src, std::size_t count, DataType dtype, double factor,
+                double divisor) {
+  if (factor == 1.0 && divisor == 1.0) {
+    if (count && dst != src) std::memmove(dst, src, count * dtype_size(dtype));
+    return;
+  }
   const double ratio = factor / divisor;
   switch (dtype) {
     case DataType::kFloat32: {
-      auto* p = static_cast<float*>(buf);
+      auto* out = static_cast<float*>(dst);
+      const auto* in = static_cast<const float*>(src);
       const float f = static_cast<float>(ratio);
-      for (std::size_t i = 0; i < count; ++i) p[i] *= f;
+      for (std::size_t i = 0; i < count; ++i) out[i] = in[i] * f;
       return;
     }
     case DataType::kFloat64: {
-      auto* p = static_cast<double*>(buf);
-      for (std::size_t i = 0; i < count; ++i) p[i] *= ratio;
+      auto* out = static_cast<double*>(dst);
+      const auto* in = static_cast<const double*>(src);
+      for (std::size_t i = 0; i < count; ++i) out[i] = in[i] * ratio;
       return;
     }
     case DataType::kFloat16:
-      return scale_16<half_to_float, float_to_half>(buf, count, ratio);
+      return scale_16<half_to_float, float_to_half>(dst, src, count, ratio);
     case DataType::kBFloat16:
-      return scale_16<bfloat16_to_float, float_to_bfloat16>(buf, count, ratio);
+      return scale_16<bfloat16_to_float, float_to_bfloat16>(dst, src, count, ratio);
     case DataType::kInt8:
-      return scale_int<std::int8_t>(buf, count, factor, divisor);
+      return scale_int<std::int8_t>(dst, src, count, factor, divisor);
     case DataType::kUInt8:
-      return scale_int<std::uint8_t>(buf, count, factor, divisor);
+      return scale_int<std::uint8_t>(dst, src, count, factor, divisor);
     case DataType::kInt32:
-      return scale_int<std::int32_t>(buf, count, factor, divisor);
+      return scale_int<std::int32_t>(dst, src, count, factor, divisor);
     case DataType::kInt64:
-      return scale_int<std::int64_t>(buf, count, factor, divisor);
+      return scale_int<std::int64_t>(dst, src, count, factor, divisor);
     case DataType::kBool:
+      if (count && dst != src) std::memmove(dst, src, count);
       return;
   }
+}
+
+void scale(void* buf, std::size_t count, DataType dtype, double factor, double divisor) {
+  scale_into(buf, buf, count, dtype, factor, divisor);
 }
 
 }  // namespace kolo

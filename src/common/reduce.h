@@ -35,6 +35,10 @@ void reduce_many_portable(void* dst, const void* const* srcs, int nsrc, std::siz
 // toward zero (so an average of integers divides exactly); bool is left unchanged
 // (callers reject scaling of bool tensors).
 void scale(void* buf, std::size_t count, DataType dtype, double factor, double divisor = 1.0);
+// dst[i] = src[i] * factor / divisor in one pass (the same values as a copy followed by
+// scale(), without reading and writing dst twice). dst == src is allowed; no other overlap.
+void scale_into(void* dst, const void* src, std::size_t count, DataType dtype, double factor,
+                double divisor = 1.0);
 
 // IEEE binary16 and bfloat16 conversions (round to nearest even).
 float half_to_float(std::uint16_t h);

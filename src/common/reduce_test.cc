@@ -196,6 +196,30 @@ TEST(ScaleTest, BoolAndIdentityScaleLeaveDataUnchanged) {
   EXPECT_EQ(f, (std::vector<float>{1.25f, -7.0f}));
 }
 
+// scale_into(dst, src) gives the bytes scale() gives in place, for every dtype and for
+// identity and non-identity factors, and leaves src as it was.
+TEST(ScaleTest, ScaleIntoEqualsCopyThenScaleInPlace) {
+  const std::vector<double> values = {0, 1, -2, 3, 100, -7, 12, 5, 9, -1, 64};
+  const std::vector<std::pair<double, double>> factors = {{1, 1}, {3, 2}, {0.5, 1}, {1, 3}};
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                         DataType::kBFloat16, DataType::kInt8, DataType::kUInt8,
+                         DataType::kInt32, DataType::kInt64, DataType::kBool}) {
+    for (const auto& [factor, divisor] : factors) {
+      const std::vector<std::uint8_t> src = encode(dtype, values);
+      std::vector<std::uint8_t> expected = src;
+      scale(expected.data(), values.size(), dtype, factor, divisor);
+      std::vector<std::uint8_t> out(src.size(), 0xAB);
+      const std::vector<std::uint8_t> before = src;
+      scale_into(out.data(), src.data(), values.size(), dtype, factor, divisor);
+      EXPECT_EQ(out, expected) << dtype_name(dtype) << " x" << factor << "/" << divisor;
+      EXPECT_EQ(src, before) << dtype_name(dtype);
+      std::vector<std::uint8_t> same = src;
+      scale_into(same.data(), same.data(), values.size(), dtype, factor, divisor);
+      EXPECT_EQ(same, expected) << dtype_name(dtype) << " in place";
+    }
+  }
+}
+
 TEST(HalfTest, KnownBitPatterns) {
   EXPECT_EQ(float_to_half(1.0f), 0x3c00);
   EXPECT_EQ(float_to_half(-2.0f), 0xc000);

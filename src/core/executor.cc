@@ -46,12 +46,12 @@ Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* en
       const TensorView& in = entry->inputs[i];
       const TensorView& out = entry->outputs[i];
       buf = out.data;
-      if (in.data != out.data && count) std::memcpy(out.data, in.data, out.nbytes());
+      // Copy to the output and prescale in one pass.
+      scale_into(out.data, in.data, count, r.dtype, r.prescale);
     } else {
-      zeros = Tensor(r.dtype, r.shapes[i]);  // value-initialised: zeros
+      zeros = Tensor(r.dtype, r.shapes[i]);  // value-initialised: zeros, prescaled or not
       buf = zeros.data();
     }
-    if (r.prescale != 1.0) scale(buf, count, r.dtype, r.prescale);
     // A grouped allreduce runs tensor by tensor: its phases span the first tensor's
     // communication to the last one's.
     if (i == 0) times->comm_start = ExecTimes::Clock::now();
