@@ -23,6 +23,11 @@ const std::vector<OptionDoc>& config_options() {
       {"KOLO_CYCLE_TIME_MS", "0",
        "least time between the starts of two negotiation cycles: work arriving sooner waits and "
        "is negotiated (and fused) with what follows; 0 = a cycle starts as soon as work arrives"},
+      {"KOLO_CYCLE_ON_DEMAND", "1",
+       "1: on the shared-memory (and in-process) transport a negotiation cycle runs only when "
+       "some rank has submitted work (and every 100 ms while work waits for other ranks), so "
+       "idle and waiting ranks do not wake; 0: every rank cycles every 1 ms while any rank is "
+       "busy, as over MPI"},
       {"KOLO_STALL_CHECK_SECONDS", "60",
        "warn (on rank 0) when some ranks submitted a tensor and others did not for this long; 0 = off"},
       {"KOLO_STALL_SHUTDOWN_SECONDS", "0",
@@ -112,6 +117,15 @@ Status read_int(const Env& env, const char* name, long min, long max, int* out) 
   return Status::OK();
 }
 
+// "0" or "1" (unset or empty: *out keeps its default).
+Status read_flag(const Env& env, const char* name, bool* out) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return Status::OK();
+  if (it->second != "0" && it->second != "1") return bad(name, it->second, "0 or 1");
+  *out = it->second == "1";
+  return Status::OK();
+}
+
 }  // namespace
 
 Status parse_config(const Env& env, Config* out) {
@@ -137,14 +151,9 @@ Status parse_config(const Env& env, Config* out) {
   KOLO_RETURN_IF_ERROR(read_int64(env, "KOLO_FUSION_THRESHOLD", 0, std::int64_t{1} << 40,
                                   &c.fusion_threshold_bytes));
   if (auto it = env.find("KOLO_TIMELINE"); it != env.end()) c.timeline_path = it->second;
-  if (auto it = env.find("KOLO_TIMELINE_MARK_CYCLES"); it != env.end() && !it->second.empty()) {
-    if (it->second != "0" && it->second != "1") return bad("KOLO_TIMELINE_MARK_CYCLES", it->second, "0 or 1");
-    c.timeline_mark_cycles = it->second == "1";
-  }
-  if (auto it = env.find("KOLO_AUTOTUNE"); it != env.end() && !it->second.empty()) {
-    if (it->second != "0" && it->second != "1") return bad("KOLO_AUTOTUNE", it->second, "0 or 1");
-    c.autotune = it->second == "1";
-  }
+  KOLO_RETURN_IF_ERROR(read_flag(env, "KOLO_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
+  KOLO_RETURN_IF_ERROR(read_flag(env, "KOLO_AUTOTUNE", &c.autotune));
+  KOLO_RETURN_IF_ERROR(read_flag(env, "KOLO_CYCLE_ON_DEMAND", &c.cycle_on_demand));
   if (auto it = env.find("KOLO_AUTOTUNE_LOG"); it != env.end()) c.autotune_log = it->second;
   KOLO_RETURN_IF_ERROR(
       read_int(env, "KOLO_AUTOTUNE_WARMUP_SAMPLES", 1, 1000, &c.autotune_warmup_samples));

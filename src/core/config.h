@@ -23,6 +23,7 @@ Env process_env();
 struct Config {
   int cache_capacity = 1024;           // KOLO_CACHE_CAPACITY
   double cycle_time_ms = 0.0;          // KOLO_CYCLE_TIME_MS
+  bool cycle_on_demand = true;         // KOLO_CYCLE_ON_DEMAND (transports with a CycleBell)
   double stall_check_seconds = 60.0;   // KOLO_STALL_CHECK_SECONDS
   double stall_shutdown_seconds = 0;   // KOLO_STALL_SHUTDOWN_SECONDS
   double peer_timeout_seconds = 60.0;  // KOLO_PEER_TIMEOUT_SECONDS

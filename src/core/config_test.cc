@@ -76,6 +76,8 @@ TEST(ConfigTest, EachVariableParsed) {
   EXPECT_EQ(parse_ok({{"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "5"}}).autotune_cycles_per_sample, 5);
   EXPECT_EQ(parse_ok({{"KOLO_TIMELINE", "/tmp/t.json"}}).timeline_path, "/tmp/t.json");
   EXPECT_TRUE(parse_ok({{"KOLO_TIMELINE_MARK_CYCLES", "1"}}).timeline_mark_cycles);
+  EXPECT_TRUE(parse_ok({}).cycle_on_demand);
+  EXPECT_FALSE(parse_ok({{"KOLO_CYCLE_ON_DEMAND", "0"}}).cycle_on_demand);
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "0"}}).shm, "0");
   EXPECT_EQ(parse_ok({{"KOLO_HIERARCHICAL", "1"}}).hierarchical, "1");
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "1"}}).shm, "1");
@@ -119,6 +121,7 @@ TEST(ConfigTest, BadValuesNameVariableAndValue) {
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},
       {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "many"},
       {"KOLO_TIMELINE_MARK_CYCLES", "2"},
+      {"KOLO_CYCLE_ON_DEMAND", "true"},
   };
   for (const auto& [name, value] : bad) {
     Config c;
@@ -148,7 +151,7 @@ TEST(ConfigTest, OptionsTableDocumentsDefaults) {
       {"KOLO_STALL_CHECK_SECONDS", "60"},    {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
       {"KOLO_PEER_TIMEOUT_SECONDS", "60"},  {"KOLO_FUSION_THRESHOLD", "67108864"},
       {"KOLO_AUTOTUNE", "0"},                {"KOLO_TIMELINE", ""},
-      {"KOLO_SHM", "auto"},
+      {"KOLO_SHM", "auto"},                  {"KOLO_CYCLE_ON_DEMAND", "1"},
   };
   for (const auto& [name, value] : expected) {
     const OptionDoc* o = find_option(config_options(), name);

@@ -44,6 +44,9 @@ class Controller {
   // Coordinator (rank 0) only: announce new tunables to every rank with the next cycle
   // (which then takes the slow path).
   void propose(const Tunables& tunables);
+  // The coordinator has something to send in the next cycle even if no rank submits
+  // anything (an autotune proposal, a stall abort): the runtime asks for one.
+  bool wants_cycle() const { return has_proposal_ || !abort_message_.empty(); }
 
   transport::Communicator& communicator() { return *comm_; }
 

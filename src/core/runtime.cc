@@ -30,6 +30,10 @@ std::chrono::duration<double> seconds(double s) { return std::chrono::duration<d
 // Waits between cycles without local work (see Runtime::loop).
 constexpr std::chrono::milliseconds kMinIdleWait(1);
 constexpr std::chrono::milliseconds kMaxIdleWait(8);
+// On-demand cycling: while this rank has operations waiting for other ranks it still asks
+// for a cycle this often, so that time-based checks (stall warnings, stall shutdown,
+// renegotiation of long-waiting cache hits) keep running.
+constexpr std::chrono::milliseconds kHeartbeat(100);
 
 void check_process_set(int id, const std::string& what) {
   if (id != kGlobalProcessSet) {
@@ -66,6 +70,7 @@ void Runtime::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_requested_ = true;
+    if (bell_) bell_->wake_local();
   }
   work_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -103,6 +108,7 @@ Handle Runtime::enqueue(Request request, std::vector<TensorView> inputs,
     entry->outputs = std::move(outputs);
     table_.emplace(request.name, entry);
     new_requests_.push_back(std::move(request));
+    if (bell_) bell_->wake_local();
   }
   work_cv_.notify_one();
   return Handle(entry->handle);
@@ -224,10 +230,21 @@ std::uint64_t Runtime::fused_responses() const {
   return fused_responses_;
 }
 
+std::uint64_t Runtime::cycles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cycles_;
+}
+
+bool Runtime::cycles_on_demand() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bell_ != nullptr;
+}
+
 void Runtime::hold_requests(bool hold) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     hold_requests_ = hold;
+    if (bell_) bell_->wake_local();
   }
   work_cv_.notify_all();
 }
@@ -339,14 +356,52 @@ bool Runtime::wait_for_work(std::chrono::steady_clock::duration idle_wait,
   if (!new_requests_.empty() && std::chrono::steady_clock::now() < not_before) {
     work_cv_.wait_until(lock, not_before, [this] { return stop_requested_; });
   }
-  if (!hold_requests_) {
-    for (auto& r : new_requests_) {
-      if (timeline) taken->push_back(r.name);
-      (*requests)[r.process_set].push_back(std::move(r));
-    }
-    new_requests_.clear();
-  }
+  take_new_requests(timeline, requests, taken);
   return stop_requested_;
+}
+
+bool Runtime::wait_for_cycle(transport::CycleBell& bell, std::uint64_t done, bool must_cycle,
+                             std::chrono::steady_clock::time_point heartbeat,
+                             std::chrono::steady_clock::time_point not_before, bool timeline,
+                             std::map<int, std::vector<Request>>* requests,
+                             std::vector<std::string>* taken) {
+  // Bounds each sleep, so that a lost wake-up (there should be none) costs at most this.
+  constexpr std::chrono::seconds kLongestSleep(1);
+  bool ask = must_cycle;
+  for (;;) {
+    // The ticket is read before looking, so news that comes after the look ends the wait.
+    const std::uint32_t ticket = bell.ticket();
+    if (bell.requested() > done) break;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if ((!new_requests_.empty() && !hold_requests_) || stop_requested_) ask = true;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= heartbeat) ask = true;
+    if (ask) break;
+    bell.wait(ticket, std::min(heartbeat, now + kLongestSleep));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (ask) {
+    // KOLO_CYCLE_TIME_MS, as in wait_for_work. Another rank's request is not delayed: it
+    // is already waiting in the cycle.
+    if (bell.requested() <= done && std::chrono::steady_clock::now() < not_before) {
+      work_cv_.wait_until(lock, not_before, [this] { return stop_requested_; });
+    }
+    bell.request(done + 1);
+  }
+  take_new_requests(timeline, requests, taken);
+  return stop_requested_;
+}
+
+void Runtime::take_new_requests(bool timeline, std::map<int, std::vector<Request>>* requests,
+                                std::vector<std::string>* taken) {
+  if (hold_requests_) return;
+  for (auto& r : new_requests_) {
+    if (timeline) taken->push_back(r.name);
+    (*requests)[r.process_set].push_back(std::move(r));
+  }
+  new_requests_.clear();
 }
 
 Runtime::Tunables Runtime::tunables() const {
@@ -370,7 +425,10 @@ void Runtime::loop() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (status.ok()) topology_ = comm_->topology();
+    if (status.ok()) {
+      topology_ = comm_->topology();
+      if (config_.cycle_on_demand) bell_ = comm_->cycle_bell();
+    }
     start_status_ = status;
     running_ = status.ok();
     started_ = true;
@@ -395,10 +453,14 @@ void Runtime::loop() {
   }
   const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       seconds(config_.peer_timeout_seconds));
-  // Without local work a rank still cycles, because negotiation is collective: every
+  // Negotiation is collective, so every rank must run every cycle. With a CycleBell a rank
+  // sleeps until some rank asks for a cycle (because it has new work, see
+  // wait_for_cycle). Without one, a rank without local work still cycles: every
   // kMinIdleWait (or cycle time) while any rank is busy, backing off to kMaxIdleWait while
   // every rank is idle. The back-off costs no latency when ranks submit together (each
   // wakes on its own work) and keeps an idle runtime from taking a tenth of a core.
+  transport::CycleBell* const bell = bell_;  // set before start() returned; fixed until the end
+  bool must_cycle = false;  // the controller has news for the next cycle (bell only)
   std::chrono::steady_clock::duration idle_wait = kMinIdleWait;
   auto last_start = std::chrono::steady_clock::time_point{};
   std::uint64_t cycle_number = 0;
@@ -411,8 +473,20 @@ void Runtime::loop() {
     std::map<int, std::vector<Request>> requests;
     const bool timeline = timeline_.active();
     taken.clear();
-    const bool want_stop = wait_for_work(std::max(idle_wait, cycle_time), last_start + cycle_time,
-                                         timeline, &requests, &taken);
+    bool want_stop;
+    if (bell) {
+      bool waiting;  // operations of this rank wait for other ranks: keep a heartbeat
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        waiting = !table_.empty();
+      }
+      const auto heartbeat = waiting ? last_start + kHeartbeat : std::chrono::steady_clock::time_point::max();
+      want_stop = wait_for_cycle(*bell, cycle_number, must_cycle, heartbeat, last_start + cycle_time,
+                                 timeline, &requests, &taken);
+    } else {
+      want_stop = wait_for_work(std::max(idle_wait, cycle_time), last_start + cycle_time, timeline,
+                                &requests, &taken);
+    }
     const auto cycle_start = std::chrono::steady_clock::now();
     last_start = cycle_start;
     ++cycle_number;
@@ -454,10 +528,13 @@ void Runtime::loop() {
       auto change = autotuner->observe(busy_bytes, since(cycle_start), since(std::chrono::steady_clock::now()));
       if (change) sets.at(kGlobalProcessSet).propose(*change);
     }
+    must_cycle = false;
+    for (const auto& [id, controller] : sets) must_cycle = must_cycle || controller.wants_cycle();
     idle_wait = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait * 2, kMaxIdleWait) : kMinIdleWait;
     std::lock_guard<std::mutex> lock(mu_);
     fast_cycles_ = fast;
     slow_cycles_ = slow;
+    cycles_ = cycle_number;
     if (has_tunables && !(next_tunables == tunables_)) {
       // Every rank got the same list, so every rank switches here, between the same cycles.
       tunables_ = next_tunables;
@@ -478,6 +555,10 @@ void Runtime::loop() {
     running_ = false;
   }
   timeline_.stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bell_ = nullptr;  // the communicator owns it
+  }
   comm_.reset();  // on this thread: MPI_Finalize must run where MPI_Init ran
 }
 

@@ -73,6 +73,10 @@ class Runtime {
   std::uint64_t slow_cycles() const;
   // Responses executed as members of a fused allreduce (for tests and logs).
   std::uint64_t fused_responses() const;
+  // Negotiation cycles run so far, and whether they run on demand (the transport has a
+  // CycleBell and KOLO_CYCLE_ON_DEMAND=1) rather than on a timer. For tests and logs.
+  std::uint64_t cycles() const;
+  bool cycles_on_demand() const;
 
   // Rank 0 writes a Chrome-trace timeline to `path` (see timeline.h); other ranks ignore
   // these calls. start_timeline fails (kInvalidArgument) when the file cannot be opened.
@@ -100,6 +104,16 @@ class Runtime {
   bool wait_for_work(std::chrono::steady_clock::duration idle_wait,
                      std::chrono::steady_clock::time_point not_before, bool timeline,
                      std::map<int, std::vector<Request>>* requests, std::vector<std::string>* taken);
+  // wait_for_work with a CycleBell: sleeps until this rank has new requests (or stop), or
+  // another rank asked for cycle `done` + 1, or `heartbeat` passes (or `must_cycle`), and
+  // then asks every rank for cycle `done` + 1 if nobody did yet.
+  bool wait_for_cycle(transport::CycleBell& bell, std::uint64_t done, bool must_cycle,
+                      std::chrono::steady_clock::time_point heartbeat,
+                      std::chrono::steady_clock::time_point not_before, bool timeline,
+                      std::map<int, std::vector<Request>>* requests, std::vector<std::string>* taken);
+  // Moves the new requests (unless held) into `requests` and their names into `taken`.
+  void take_new_requests(bool timeline, std::map<int, std::vector<Request>>* requests,
+                         std::vector<std::string>* taken);  // mu_ held
   // Runs one group of plan_fusion() and completes its handles. Returns a peer failure
   // (which stops the runtime); every other error only fails the group's handles.
   Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
@@ -132,6 +146,10 @@ class Runtime {
   std::uint64_t slow_cycles_ = 0;                                  // guarded by mu_
   std::uint64_t fused_responses_ = 0;                              // guarded by mu_
   bool hold_requests_ = false;                                     // guarded by mu_
+  std::uint64_t cycles_ = 0;                                       // guarded by mu_
+  // The communicator's bell while on-demand cycling runs (null otherwise or once the
+  // communicator is gone); enqueue() and shutdown() ring it under mu_.
+  transport::CycleBell* bell_ = nullptr;                           // guarded by mu_
   // Written by the background thread under mu_; read there without it.
   Tunables tunables_;
   std::vector<std::pair<std::uint64_t, Tunables>> tunables_history_;  // guarded by mu_

@@ -19,6 +19,7 @@
 
 #include "common/status.h"
 #include "kolo/types.h"
+#include "transport/cycle_bell.h"
 
 namespace kolo::transport {
 
@@ -74,6 +75,12 @@ class Communicator {
   }
 
   // --- control plane (negotiation), rooted at rank 0 -----------------------------------
+  // Optional: a CycleBell (cycle_bell.h) over memory every rank of this communicator can
+  // reach, so the runtime cycles only when some rank has news. nullptr (the default): the
+  // runtime cycles on a timer while any rank is busy. Owned by the communicator; its
+  // wake_local() may be called from any thread of this rank.
+  virtual CycleBell* cycle_bell() { return nullptr; }
+
   // Bitwise AND of `words` across ranks, result on every rank. A rank that does not
   // arrive by the deadline is named in the error on every rank that can know it.
   virtual Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) = 0;

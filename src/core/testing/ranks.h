@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,10 @@ inline Config test_config() {
     if (log::parse_level(level, &l)) log::set_level(l);
   }
   c.peer_timeout_seconds = 20;  // a hang fails the test instead of blocking CI
+  // KOLO_CYCLE_ON_DEMAND=0 runs the tests with timer-driven cycles (the MPI transport's).
+  if (const char* on_demand = std::getenv("KOLO_CYCLE_ON_DEMAND")) {
+    c.cycle_on_demand = std::string(on_demand) != "0";
+  }
   return c;
 }
 

@@ -16,7 +16,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 class InprocCommunicator final : public Communicator {
  public:
   InprocCommunicator(InprocWorld* world, int rank)
-      : world_(world), rank_(rank), topology_(world->topology_of(rank)) {}
+      : world_(world),
+        rank_(rank),
+        topology_(world->topology_of(rank)),
+        bell_(world->bell_requested(), world->bell_rings(), rank) {}
 
   const Topology& topology() const override { return topology_; }
   const char* name() const override { return "inproc"; }
@@ -105,6 +108,8 @@ class InprocCommunicator final : public Communicator {
     return world_->exchange(rank_, {}, deadline, [](const auto&) {});
   }
 
+  CycleBell* cycle_bell() override { return &bell_; }
+
   Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override {
     std::vector<std::uint64_t> result = words;
     InprocWorld::Slot mine;
@@ -144,6 +149,7 @@ class InprocCommunicator final : public Communicator {
   InprocWorld* world_;
   int rank_;
   Topology topology_;
+  FutexCycleBell bell_;
 };
 
 }  // namespace
@@ -153,7 +159,14 @@ InprocWorld::InprocWorld(int size, int local_size)
       local_size_(local_size > 0 ? local_size : size),
       slots_(size),
       arrived_(size, false),
-      dead_(size, false) {}
+      dead_(size, false),
+      bell_(size) {}
+
+std::vector<std::uint32_t*> InprocWorld::bell_rings() {
+  std::vector<std::uint32_t*> rings;
+  for (auto& line : bell_) rings.push_back(&line.ring);
+  return rings;
+}
 
 InprocWorld::~InprocWorld() = default;
 

@@ -59,8 +59,16 @@ class InprocWorld {
     return arrive(rank, Slot{}, deadline, /*keep_slot=*/true);
   }
   Topology topology_of(int rank) const;
+  // The words of the ranks' cycle bell (cycle_bell.h): one shared request counter, one
+  // futex word per rank.
+  std::uint64_t* bell_requested() { return &bell_[0].requested; }
+  std::vector<std::uint32_t*> bell_rings();
 
  private:
+  struct alignas(128) BellLine {
+    std::uint64_t requested = 0;  // used in line 0 only
+    std::uint32_t ring = 0;
+  };
   Status arrive(int rank, const Slot& mine, Deadline deadline, bool keep_slot = false);
 
   const int size_;
@@ -73,6 +81,7 @@ class InprocWorld {
   int arrivals_ = 0;               // guarded by mu_
   std::uint64_t generation_ = 0;   // guarded by mu_
   std::string broken_;             // guarded by mu_; set once a rank timed out
+  std::vector<BellLine> bell_;     // atomics only (std::atomic_ref), one line per rank
 };
 
 }  // namespace kolo::transport

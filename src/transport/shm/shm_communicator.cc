@@ -128,11 +128,21 @@ Status maybe_wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& 
 }
 
 namespace shm {
+namespace {
+
+std::vector<std::uint32_t*> bell_rings(const Segment& seg, int size) {
+  std::vector<std::uint32_t*> rings;
+  for (int r = 0; r < size; ++r) rings.push_back(&seg.slot(r).bell);
+  return rings;
+}
+
+}  // namespace
 
 ShmCommunicator::ShmCommunicator(std::unique_ptr<Communicator> base, Segment segment)
     : base_(std::move(base)),
       seg_(std::move(segment)),
       barrier_(&seg_, base_->rank(), base_->size()),
+      bell_(&seg_.wake().cycles_requested, bell_rings(seg_, base_->size()), base_->rank()),
       srcs_(static_cast<std::size_t>(base_->size())) {}
 
 ShmCommunicator::~ShmCommunicator() {

@@ -47,6 +47,7 @@ class ShmCommunicator final : public Communicator {
                        DataType dtype, ReduceOp op, Deadline deadline) override;
   Status barrier(Deadline deadline) override;
   void* fusion_buffer(std::size_t bytes) override;
+  CycleBell* cycle_bell() override { return &bell_; }
 
   Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
   Status control_gather(const std::string& mine, std::vector<std::string>* all,
@@ -73,6 +74,7 @@ class ShmCommunicator final : public Communicator {
   std::unique_ptr<Communicator> base_;
   Segment seg_;
   Barrier barrier_;
+  FutexCycleBell bell_;
   int parity_ = 0;                 // control area of the next control_and
   std::string base_failure_;       // set when the base communicator failed
   std::vector<const void*> srcs_;  // scratch: one pointer per rank

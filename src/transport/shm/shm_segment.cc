@@ -21,7 +21,7 @@ namespace kolo::transport::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x316d68736f6c6f6bull;  // "kolos hm1", little-endian
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }

@@ -3,9 +3,9 @@
 //
 // Layout (offsets from the start of the mapping; `n` ranks, regions of R bytes):
 //   Meta      magic, rank count, R, total size                    (one 128-byte line)
-//   Wake      futex word + sleeper count                          (one line)
+//   Wake      futex word + sleeper count, cycle bell requests     (one line)
 //   Abort     first failure report: state, reporter, text         (4 lines)
-//   slots     per-rank arrival epoch and pid                      (n lines)
+//   slots     per-rank arrival epoch, pid, cycle bell word        (n lines)
 //   control   2 parities x n ranks x kControlBytes (control_and)
 //   regions   n data regions of R bytes, each 4 KiB aligned
 // Hot words sit 128 bytes apart (two cache lines: Intel's adjacent-line prefetcher
@@ -43,8 +43,9 @@ struct alignas(kLine) Meta {
 };
 
 struct alignas(kLine) Wake {
-  std::uint32_t word;      // futex: bumped by every arrival
-  std::uint32_t sleepers;  // ranks inside (or about to enter) FUTEX_WAIT
+  std::uint32_t word;                // futex: bumped by every arrival
+  std::uint32_t sleepers;            // ranks inside (or about to enter) FUTEX_WAIT
+  std::uint64_t cycles_requested;    // the cycle bell's request counter (cycle_bell.h)
 };
 
 struct alignas(kLine) Abort {
@@ -56,6 +57,7 @@ struct alignas(kLine) Abort {
 struct alignas(kLine) RankSlot {
   std::uint64_t epoch;  // last barrier this rank arrived at
   std::int32_t pid;
+  std::uint32_t bell;   // futex: this rank's cycle bell word (cycle_bell.h)
 };
 
 // Offsets of the parts, computed the same way by every rank.

@@ -1,0 +1,63 @@
+// CycleBell: lets the runtime run a negotiation cycle only when some rank has something new,
+// instead of every rank waking on a timer to find out.
+//
+// Negotiation cycles are collective (every rank takes part in each one), so the ranks must
+// agree on how many there are. Cycles are numbered 1, 2, ...; `requested` is the highest
+// number any rank asked for. A rank that has run `done` cycles and has new work calls
+// request(done + 1), which wakes every other rank; every rank runs cycle done + 1 once
+// requested() > done. No rank can ask for done + 2 before every rank finished cycle done + 1
+// (it cannot finish without them), so all ranks run the same cycles. The background thread
+// sleeps in wait() between cycles; the submitting thread calls wake_local() after queueing.
+//
+// FutexCycleBell keeps its words in memory the ranks share (a shm segment's slots, or an
+// in-process world's heap) and sleeps on a futex per rank, so it works across processes.
+// Not for: deciding whether a cycle is needed (the runtime), or peer failure detection
+// (a dead peer shows up in the cycle's control_and, which has a deadline).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace kolo::transport {
+
+class CycleBell {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~CycleBell() = default;
+
+  // Any thread of this rank: wakes this rank's wait() (its thread has local work to look at).
+  virtual void wake_local() = 0;
+  // The value to pass to wait(): read it before checking for work, so that work queued
+  // after the check wakes the wait.
+  virtual std::uint32_t ticket() const = 0;
+  // Background thread: asks every rank for cycle `cycle` (raises requested(), wakes them).
+  virtual void request(std::uint64_t cycle) = 0;
+  // The highest cycle number any rank requested so far.
+  virtual std::uint64_t requested() const = 0;
+  // Background thread: sleeps until wake_local(), request() by another rank, or `until`,
+  // unless something happened since `ticket` was read. May return early (spuriously).
+  virtual void wait(std::uint32_t ticket, Clock::time_point until) = 0;
+};
+
+class FutexCycleBell final : public CycleBell {
+ public:
+  // `requested`: one word shared by all ranks; `rings[r]`: rank r's futex word (at least a
+  // cache line apart, zero-initialised, alive as long as the bell). `rank` is this rank.
+  FutexCycleBell(std::uint64_t* requested, std::vector<std::uint32_t*> rings, int rank);
+
+  void wake_local() override;
+  std::uint32_t ticket() const override;
+  void request(std::uint64_t cycle) override;
+  std::uint64_t requested() const override;
+  void wait(std::uint32_t ticket, Clock::time_point until) override;
+
+ private:
+  void ring(int r);
+
+  std::uint64_t* requested_;
+  std::vector<std::uint32_t*> rings_;
+  int rank_;
+};
+
+}  // namespace kolo::transport

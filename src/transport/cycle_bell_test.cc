@@ -1,0 +1,88 @@
+// FutexCycleBell (cycle_bell.h): requests are a running maximum shared by all ranks, wake
+// the other ranks, and wake_local() wakes only this rank; a stale ticket never sleeps.
+#include "transport/cycle_bell.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace kolo::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct alignas(128) Line {
+  std::uint64_t requested = 0;
+  std::uint32_t ring = 0;
+};
+
+struct Words {
+  Line lines[3];
+  std::vector<std::uint32_t*> rings() { return {&lines[0].ring, &lines[1].ring, &lines[2].ring}; }
+  FutexCycleBell bell(int rank) { return FutexCycleBell(&lines[0].requested, rings(), rank); }
+};
+
+TEST(CycleBellTest, RequestsAreAMaximumSharedByEveryRank) {
+  Words w;
+  FutexCycleBell a = w.bell(0), b = w.bell(1);
+  EXPECT_EQ(a.requested(), 0u);
+  a.request(1);
+  EXPECT_EQ(b.requested(), 1u);
+  b.request(1);  // asked for already: no change
+  EXPECT_EQ(a.requested(), 1u);
+  b.request(3);
+  a.request(2);  // lower than what is there: ignored
+  EXPECT_EQ(a.requested(), 3u);
+}
+
+TEST(CycleBellTest, RequestWakesTheOtherRanksButNotTheRequester) {
+  Words w;
+  FutexCycleBell a = w.bell(0), b = w.bell(1), c = w.bell(2);
+  const std::uint32_t ta = a.ticket(), tb = b.ticket(), tc = c.ticket();
+  a.request(1);
+  EXPECT_EQ(a.ticket(), ta);
+  EXPECT_NE(b.ticket(), tb);
+  EXPECT_NE(c.ticket(), tc);
+  // A stale ticket returns at once instead of sleeping for the minute.
+  const auto start = std::chrono::steady_clock::now();
+  b.wait(tb, start + 60s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(CycleBellTest, WakeLocalWakesOnlyThisRank) {
+  Words w;
+  FutexCycleBell a = w.bell(0), b = w.bell(1);
+  const std::uint32_t ta = a.ticket(), tb = b.ticket();
+  a.wake_local();
+  EXPECT_NE(a.ticket(), ta);
+  EXPECT_EQ(b.ticket(), tb);
+}
+
+TEST(CycleBellTest, SleeperWakesOnRequestAndOnTimeout) {
+  Words w;
+  FutexCycleBell a = w.bell(0), b = w.bell(1);
+  std::atomic<bool> woke{false};
+  std::thread sleeper([&] {
+    const std::uint32_t t = b.ticket();
+    while (b.requested() < 1) b.wait(t, std::chrono::steady_clock::now() + 60s);
+    woke = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(woke.load());
+  const auto asked = std::chrono::steady_clock::now();
+  a.request(1);
+  sleeper.join();
+  EXPECT_TRUE(woke.load());
+  // A lost wake-up would leave the sleeper in its minute-long wait.
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 10s);
+
+  // Nothing happens: wait() returns at `until`.
+  const auto start = std::chrono::steady_clock::now();
+  b.wait(b.ticket(), start + 30ms);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 25ms);
+}
+
+}  // namespace
+}  // namespace kolo::transport
