@@ -155,6 +155,46 @@ void* FusionBuffer::get(transport::Communicator& comm, std::size_t bytes) {
   return own_.data();
 }
 
+namespace {
+
+// The pieces of a gather/scatter allreduce of `items` (Communicator::allreduce_pieces), or
+// false when they must be packed instead: a rank that joined or cannot read its memory
+// contributes zeros, a compressed wire dtype needs converting, and tensors that share
+// memory (other than a tensor's own input and output) would see each other's results.
+bool gather_pieces(const std::vector<FusedItem>& items, int size,
+                   std::vector<transport::AllreducePiece>* pieces) {
+  pieces->clear();
+  std::vector<std::pair<const char*, const char*>> ranges;  // [begin, end) of every buffer
+  for (const auto& item : items) {
+    const Response& r = *item.response;
+    if (!item.entry || !host_memory(r, item.entry) || r.wire_dtype != r.dtype) return false;
+    for (std::size_t i = 0; i < r.shapes.size(); ++i) {
+      const TensorView& in = item.entry->inputs[i];
+      const TensorView& out = item.entry->outputs[i];
+      const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+      if (count == 0) continue;
+      pieces->push_back({.in = in.data,
+                         .out = out.data,
+                         .count = count,
+                         .prescale = r.prescale,
+                         .postscale = r.postscale,
+                         .divisor = average_divisor(r, size)});
+      const auto* i0 = static_cast<const char*>(in.data);
+      const auto* o0 = static_cast<const char*>(out.data);
+      const std::size_t bytes = count * dtype_size(r.dtype);
+      ranges.emplace_back(o0, o0 + bytes);
+      if (i0 != o0) ranges.emplace_back(i0, i0 + bytes);
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t k = 1; k < ranges.size(); ++k) {
+    if (ranges[k].first < ranges[k - 1].second) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>& items,
                      FusionBuffer& buffer, Deadline deadline, std::vector<Status>* item_status,
                      ExecTimes* times) {
@@ -163,6 +203,15 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
   times->pack_start = ExecTimes::Clock::now();
   const Response& first = *items.front().response;
   item_status->assign(items.size(), Status::OK());
+  std::vector<transport::AllreducePiece> pieces;
+  if (comm.reduces_pieces() && gather_pieces(items, comm.size(), &pieces)) {
+    // No packing: the transport reads the inputs and writes the outputs itself, scaling
+    // as it goes.
+    times->comm_start = ExecTimes::Clock::now();
+    KOLO_RETURN_IF_ERROR(comm.allreduce_pieces(pieces, first.dtype, wire_op(first.reduce_op), deadline));
+    times->comm_end = times->unpack_end = ExecTimes::Clock::now();
+    return Status::OK();
+  }
   // An entry this rank cannot read (device memory not staged on the host) fails alone;
   // it still takes part with zeros so the other ranks' collective completes.
   std::vector<Entry*> entries(items.size());

@@ -313,7 +313,11 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
   std::vector<Status> item_status(items.size());
   ExecTimes times;
   const Response& only = *items[0].response;
-  if (items.size() == 1 && only.wire_dtype == only.dtype) {
+  // A lone allreduce goes through execute_fused too when the transport reduces pieces:
+  // scaling then happens in the passes that move the data.
+  const bool lone = items.size() == 1 && only.wire_dtype == only.dtype &&
+                    !(only.op == OpType::kAllreduce && comm.reduces_pieces());
+  if (lone) {
     s = execute_response(comm, *items[0].response, items[0].entry, deadline, &times);
   } else {
     s = execute_fused(comm, items, buffer, deadline, &item_status, &times);

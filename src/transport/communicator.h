@@ -35,6 +35,19 @@ struct Topology {
   int cross_size = 1;
 };
 
+// One tensor of allreduce_pieces(): `count` elements of this rank's contribution at `in`
+// (multiplied by `prescale` first), and where the result goes (multiplied by
+// postscale / divisor, with scale_into()'s rounding rules). `in` == `out` is allowed;
+// pieces must not otherwise overlap each other.
+struct AllreducePiece {
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  double divisor = 1.0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -72,6 +85,18 @@ class Communicator {
   virtual void* fusion_buffer(std::size_t bytes) {
     (void)bytes;
     return nullptr;
+  }
+
+  // Optional gather/scatter allreduce: reduces the concatenation of `pieces` (every rank
+  // passes pieces of the same counts and order) without packing it into one buffer first,
+  // scaling as each piece says, in the passes that move the data anyway. Only where
+  // reduces_pieces() is true (shm); elsewhere the runtime packs into fusion_buffer() and
+  // calls allreduce(). The results are the same bits either way.
+  virtual bool reduces_pieces() const { return false; }
+  virtual Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                  ReduceOp op, Deadline deadline) {
+    (void)pieces, (void)dtype, (void)op, (void)deadline;
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " has no allreduce_pieces");
   }
 
   // --- control plane (negotiation), rooted at rank 0 -----------------------------------

@@ -48,39 +48,65 @@ ShmCommunicator::Slice ShmCommunicator::slice(std::size_t count, std::size_t es,
   return {lo, std::min(count, lo + per)};
 }
 
-Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op, char* own,
-                                       const SliceStage* stage, Deadline deadline) {
+Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op,
+                                       const std::vector<OwnSpan>* own, const SliceStage* stage,
+                                       Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t es = dtype_size(dtype);
   KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
   const Slice mine = slice(count, es, me);
   const std::size_t block = kBlockBytes / es;
-  char* const base = own ? own : seg_.region(me);
-  auto reduce_block = [&](std::size_t b, std::size_t m) {
-    for (int r = 0; r < n; ++r) srcs_[r] = (r == me ? base : seg_.region(r)) + b * es;
-    reduce_many(base + b * es, srcs_.data(), n, m, dtype, op);
+  char* const region = seg_.region(me);
+  OwnSpan in_region{mine.lo, mine.hi, region + mine.lo * es, region + mine.lo * es};
+  const OwnSpan* spans = own ? own->data() : &in_region;
+  const std::size_t nspans = own ? own->size() : 1;
+  // Elements [b, b + m) of the chunk, inside `span`: reduced into the span's output.
+  auto reduce_block = [&](const OwnSpan& span, std::size_t b, std::size_t m) {
+    char* dst = span.dst + (b - span.lo) * es;
+    const char* src = span.src + (b - span.lo) * es;
+    if (span.prescale != 1.0) {
+      scale_into(dst, src, m, dtype, span.prescale);
+      src = dst;
+    }
+    for (int r = 0; r < n; ++r) srcs_[r] = r == me ? src : seg_.region(r) + b * es;
+    reduce_many(dst, srcs_.data(), n, m, dtype, op);
+    return dst;
   };
-  auto push_block = [&](std::size_t b, std::size_t m) {
+  // Regions always receive unscaled results (a rank reducing in its region scales while
+  // unpacking), so ranks on different paths can share a collective.
+  auto push_block = [&](const char* result, std::size_t b, std::size_t m) {
     for (int r = 0; r < n; ++r) {
-      if (r != me) std::memcpy(seg_.region(r) + b * es, base + b * es, m * es);
+      if (r != me) std::memcpy(seg_.region(r) + b * es, result, m * es);
+    }
+  };
+  auto post_scale = [&](const OwnSpan& span, char* result, std::size_t m) {
+    if (span.postscale != 1.0 || span.divisor != 1.0) {
+      scale(result, m, dtype, span.postscale, span.divisor);
     }
   };
   if (stage == nullptr) {
-    // Reduce a block and copy it out while it is still in cache.
-    for (std::size_t b = mine.lo; b < mine.hi; b += block) {
-      const std::size_t m = std::min(block, mine.hi - b);
-      reduce_block(b, m);
-      push_block(b, m);
+    // Reduce a block, copy it out and scale it while it is still in cache.
+    for (std::size_t k = 0; k < nspans; ++k) {
+      for (std::size_t b = spans[k].lo; b < spans[k].hi; b += block) {
+        const std::size_t m = std::min(block, spans[k].hi - b);
+        char* result = reduce_block(spans[k], b, m);
+        push_block(result, b, m);
+        post_scale(spans[k], result, m);
+      }
     }
   } else {
     // Staged: the whole slice is reduced before the stage (a cross-host allreduce) sees it.
     // Only this rank reads or writes the slice's range of any region until the barrier
     // below, so the stage may take as long as it needs.
-    for (std::size_t b = mine.lo; b < mine.hi; b += block)
-      reduce_block(b, std::min(block, mine.hi - b));
-    const Status s = (*stage)(base + mine.lo * es, mine.hi - mine.lo);
+    if (nspans != 1) return Internal("shm allreduce_staged: the own slice must be one span");
+    const OwnSpan& span = spans[0];
+    for (std::size_t b = span.lo; b < span.hi; b += block) {
+      reduce_block(span, b, std::min(block, span.hi - b));
+    }
+    const Status s = (*stage)(span.dst, span.hi - span.lo);
     if (!s.ok()) return barrier_.abort(s.message());
-    push_block(mine.lo, mine.hi - mine.lo);
+    push_block(span.dst, span.lo, span.hi - span.lo);
+    post_scale(span, span.dst, span.hi - span.lo);
   }
   return barrier_.sync("allreduce", deadline);
 }
@@ -118,9 +144,75 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
     const Slice mine = slice(m, es, rank());
     std::memcpy(region, src, mine.lo * es);
     std::memcpy(region + mine.hi * es, src + mine.hi * es, (m - mine.hi) * es);
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, src, stage, deadline));
+    spans_.assign(1, OwnSpan{mine.lo, mine.hi, src + mine.lo * es, src + mine.lo * es});
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, &spans_, stage, deadline));
     std::memcpy(src, region, mine.lo * es);
     std::memcpy(src + mine.hi * es, region + mine.hi * es, (m - mine.hi) * es);
+  }
+  return Status::OK();
+}
+
+// The copy path of allreduce_staged over pieces instead of one buffer: the chunks are
+// cut from the pieces' concatenation; the other ranks' slices are copied into the region
+// (prescaled) and out of it (postscaled, in the same pass); this rank's slice is reduced
+// from the pieces' inputs straight into their outputs and scaled there while in cache.
+Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& pieces,
+                                         DataType dtype, ReduceOp op, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check("allreduce"));
+  const std::size_t es = dtype_size(dtype);
+  if (size() == 1) {
+    for (const auto& p : pieces) {
+      scale_into(p.out, p.in, p.count, dtype, p.prescale);
+      scale(p.out, p.count, dtype, p.postscale, p.divisor);
+    }
+    return Status::OK();
+  }
+  std::vector<std::size_t> starts(pieces.size() + 1, 0);  // element offsets in the concatenation
+  for (std::size_t k = 0; k < pieces.size(); ++k) starts[k + 1] = starts[k] + pieces[k].count;
+  const std::size_t total = starts.back();
+  // Calls fn(piece, offset in the piece, length) for the parts of [begin, end) of the
+  // concatenation, in order.
+  auto visit = [&](std::size_t begin, std::size_t end, auto&& fn) {
+    std::size_t k = static_cast<std::size_t>(
+        std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1);
+    for (std::size_t at = begin; at < end; ++k) {
+      const std::size_t stop = std::min(end, starts[k + 1]);
+      if (stop > at) fn(pieces[k], at - starts[k], stop - at);
+      at = std::max(at, stop);
+    }
+  };
+  char* region = seg_.region(rank());
+  const std::size_t chunk = seg_.region_bytes() / es;
+  for (std::size_t off = 0; off < total; off += chunk) {
+    const std::size_t m = std::min(chunk, total - off);
+    const Slice mine = slice(m, es, rank());
+    auto copy_in = [&](std::size_t begin, std::size_t end) {
+      char* to = region + (begin - off) * es;
+      visit(begin, end, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
+        scale_into(to, static_cast<const char*>(p.in) + at * es, len, dtype, p.prescale);
+        to += len * es;
+      });
+    };
+    auto copy_out = [&](std::size_t begin, std::size_t end) {
+      const char* from = region + (begin - off) * es;
+      visit(begin, end, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
+        scale_into(static_cast<char*>(p.out) + at * es, from, len, dtype, p.postscale, p.divisor);
+        from += len * es;
+      });
+    };
+    copy_in(off, off + mine.lo);
+    copy_in(off + mine.hi, off + m);
+    spans_.clear();
+    std::size_t lo = mine.lo;
+    visit(off + mine.lo, off + mine.hi, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
+      spans_.push_back(OwnSpan{lo, lo + len, static_cast<const char*>(p.in) + at * es,
+                               static_cast<char*>(p.out) + at * es, p.prescale, p.postscale,
+                               p.divisor});
+      lo += len;
+    });
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, &spans_, nullptr, deadline));
+    copy_out(off, off + mine.lo);
+    copy_out(off + mine.hi, off + m);
   }
   return Status::OK();
 }

@@ -47,6 +47,9 @@ class ShmCommunicator final : public Communicator {
                        DataType dtype, ReduceOp op, Deadline deadline) override;
   Status barrier(Deadline deadline) override;
   void* fusion_buffer(std::size_t bytes) override;
+  bool reduces_pieces() const override { return true; }
+  Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                          Deadline deadline) override;
   CycleBell* cycle_bell() override { return &bell_; }
 
   Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
@@ -61,12 +64,23 @@ class ShmCommunicator final : public Communicator {
     std::size_t lo, hi;
   };
   Slice slice(std::size_t count, std::size_t es, int r) const;
+  // Where this rank's own slice of a chunk is read from and written to when that is not
+  // its region: elements [lo, hi) of the chunk, input at `src`, result to `dst` (may be
+  // `src`), the input multiplied by `prescale` and the result by postscale / divisor.
+  struct OwnSpan {
+    std::size_t lo, hi;
+    const char* src;
+    char* dst;
+    double prescale = 1.0, postscale = 1.0, divisor = 1.0;
+  };
   // Reduces `count` elements that every rank has at the start of its region; afterwards
-  // every region holds the result (except this rank's own slice when `own` is given: that
-  // slice is read from and written to `own`, which holds this rank's whole input). Two
-  // barriers. With a `stage`, the slice is reduced whole, staged, then copied out.
-  Status reduce_regions(std::size_t count, DataType dtype, ReduceOp op, char* own,
-                        const SliceStage* stage, Deadline deadline);
+  // every region holds the result, except this rank's own slice when `own` is given: its
+  // spans (which cover the slice, in order) are read and written where they say. Two
+  // barriers. With a `stage` (at most one span), the slice is reduced whole, staged, then
+  // copied out.
+  Status reduce_regions(std::size_t count, DataType dtype, ReduceOp op,
+                        const std::vector<OwnSpan>* own, const SliceStage* stage,
+                        Deadline deadline);
   // A delegated call's status; a peer failure there breaks this communicator too.
   Status delegated(Status s);
   Status check(const char* op) const;
@@ -78,6 +92,7 @@ class ShmCommunicator final : public Communicator {
   int parity_ = 0;                 // control area of the next control_and
   std::string base_failure_;       // set when the base communicator failed
   std::vector<const void*> srcs_;  // scratch: one pointer per rank
+  std::vector<OwnSpan> spans_;     // scratch: the own slice's spans of a chunk
 };
 
 }  // namespace kolo::transport::shm

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -158,6 +159,97 @@ TEST(ShmAllreduceTest, ZeroCopyPathMatchesSequentialReferenceOnFourRanks) {
 }
 TEST(ShmAllreduceTest, RanksMayMixZeroCopyAndCopyPaths) { check_allreduce(3, Path::kMixed); }
 TEST(ShmAllreduceTest, TwoRanks) { check_allreduce(2, Path::kCopy); }
+
+// allreduce_pieces against packing: the pieces' concatenation, prescaled, reduced, then
+// postscaled and divided, is what every rank gets, bit for bit; pieces in place and not,
+// empty ones, several chunks (1 MiB regions). With `mixed`, odd ranks take the packed path
+// (pack into fusion_buffer() with the prescale, allreduce, unpack with the postscale) in
+// the same collectives, as a joined rank does.
+void check_pieces(int n, bool mixed) {
+  const std::set<std::string> before = kolo_segments();
+  const std::size_t sizes[] = {0, 1, 13, 1000, 0, 7, 120000, 33, 190000};
+  struct Scaling {
+    double prescale, postscale, divisor;
+  };
+  const Scaling scalings[] = {{1, 1, 1}, {2, 1, 3}, {1, 0.5, 1}};
+  on_shm_ranks(n, small_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
+    ASSERT_TRUE(comm->reduces_pieces());
+    for (DataType dtype : kDtypes) {
+      const std::size_t es = dtype_size(dtype);
+      for (ReduceOp op : kOps) {
+        for (const Scaling& sc : scalings) {
+          if (dtype == DataType::kBool && (sc.prescale != 1 || sc.postscale != 1 || sc.divisor != 1))
+            continue;  // bool is never scaled
+          // One input per piece, cut from one long input; odd pieces out of place.
+          std::size_t total = 0;
+          for (std::size_t c : sizes) total += c;
+          const std::vector<std::uint8_t> whole = input(rank, dtype, total);
+          std::vector<std::vector<std::uint8_t>> ins, outs;
+          std::vector<AllreducePiece> pieces;
+          std::size_t at = 0;
+          for (std::size_t k = 0; k < std::size(sizes); ++k) {
+            ins.emplace_back(whole.begin() + at * es, whole.begin() + (at + sizes[k]) * es);
+            outs.emplace_back(sizes[k] * es, 0xEE);
+            at += sizes[k];
+          }
+          for (std::size_t k = 0; k < std::size(sizes); ++k) {
+            void* out = k % 2 ? outs[k].data() : ins[k].data();
+            pieces.push_back({.in = ins[k].data(), .out = out, .count = sizes[k],
+                              .prescale = sc.prescale, .postscale = sc.postscale,
+                              .divisor = sc.divisor});
+          }
+          if (mixed && rank % 2 == 1) {
+            // Packed, in region-sized chunks of the concatenation.
+            std::vector<std::uint8_t> all(total * es);
+            scale_into(all.data(), whole.data(), total, dtype, sc.prescale);
+            const std::size_t chunk = (std::size_t{1} << 20) / es;
+            for (std::size_t off = 0; off < total; off += chunk) {
+              const std::size_t m = std::min(chunk, total - off);
+              void* region = comm->fusion_buffer(m * es);
+              ASSERT_NE(region, nullptr);
+              std::memcpy(region, all.data() + off * es, m * es);
+              const Status s = comm->allreduce(region, m, dtype, op, in(30));
+              ASSERT_TRUE(s.ok()) << s.to_string();
+              scale_into(all.data() + off * es, region, m, dtype, sc.postscale, sc.divisor);
+            }
+            at = 0;
+            for (std::size_t k = 0; k < std::size(sizes); ++k) {
+              std::memcpy(pieces[k].out, all.data() + at * es, sizes[k] * es);
+              at += sizes[k];
+            }
+          } else {
+            const Status s = comm->allreduce_pieces(pieces, dtype, op, in(30));
+            ASSERT_TRUE(s.ok()) << s.to_string();
+          }
+          // The reference: every rank's prescaled input folded in rank order, then scaled.
+          std::vector<std::uint8_t> want(total * es);
+          scale_into(want.data(), input(0, dtype, total).data(), total, dtype, sc.prescale);
+          std::vector<std::uint8_t> theirs(total * es);
+          for (int r = 1; r < n; ++r) {
+            scale_into(theirs.data(), input(r, dtype, total).data(), total, dtype, sc.prescale);
+            reduce_into(want.data(), theirs.data(), total, dtype, op);
+          }
+          scale(want.data(), total, dtype, sc.postscale, sc.divisor);
+          at = 0;
+          for (std::size_t k = 0; k < std::size(sizes); ++k) {
+            const auto* got = static_cast<const std::uint8_t*>(pieces[k].out);
+            ASSERT_TRUE(std::equal(got, got + sizes[k] * es, want.begin() + at * es))
+                << "rank " << rank << " " << dtype_name(dtype) << " " << reduce_op_name(op)
+                << " piece " << k << " scaling " << sc.prescale << "/" << sc.postscale << "/"
+                << sc.divisor;
+            at += sizes[k];
+          }
+        }
+      }
+    }
+  });
+  EXPECT_EQ(kolo_segments(), before) << "a /dev/shm/kolo-* segment was left behind";
+}
+
+TEST(ShmAllreducePiecesTest, MatchesPackingOnTwoRanks) { check_pieces(2, false); }
+TEST(ShmAllreducePiecesTest, MatchesPackingOnThreeRanks) { check_pieces(3, false); }
+TEST(ShmAllreducePiecesTest, RanksMayMixPiecesAndPacking) { check_pieces(3, true); }
+TEST(ShmAllreducePiecesTest, OneRankScalesIntoTheOutputs) { check_pieces(1, false); }
 
 TEST(ShmTest, FusionBufferIsTheRegionUpToItsSize) {
   on_shm_ranks(2, small_regions(), [](int, std::unique_ptr<Communicator>& comm) {
