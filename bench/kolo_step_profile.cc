@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 int main(int argc, char** argv) {
   std::int64_t max_steps = 300, batch_size = 64, skip = 5;
   std::string data = "/usr/share/datasets/fashion-mnist", timeline;
+  bool lockstep_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--max-steps") max_steps = std::stoll(v);
@@ -42,9 +44,10 @@ int main(int argc, char** argv) {
     else if (a == "--skip") skip = std::stoll(v);
     else if (a == "--data") data = v;
     else if (a == "--timeline") timeline = v;
+    else if (a == "--lockstep-only") lockstep_only = v == "1";
     else {
       std::fprintf(stderr, "usage: %s [--max-steps N] [--batch-size N] [--skip N] [--data DIR] "
-                   "[--timeline PREFIX]\n",
+                   "[--timeline PREFIX] [--lockstep-only 1]\n",
                    argv[0]);
       return 2;
     }
@@ -57,7 +60,11 @@ int main(int argc, char** argv) {
   const torch::Tensor labels = kolo::load_idx_labels(data + "/train-labels-idx1-ubyte.gz");
   Net model;
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3 * size));
-  kolo::DistributedOptimizer optimizer(adam, model->named_parameters());
+  // --lockstep-only 1: no gradient averaging; the ranks only meet at a kolo::barrier() where
+  // synchronize() would be, so they run in lock step like data-parallel workers but
+  // without communicating (each trains on its own).
+  std::optional<kolo::DistributedOptimizer> distributed;
+  if (!lockstep_only) distributed.emplace(adam, model->named_parameters());
   kolo::broadcast_parameters(model->named_parameters(), 0);
   kolo::broadcast_optimizer_state(adam, 0);
   kolo::DistributedSampler sampler(labels.size(0), size, rank, true, 42, true);
@@ -91,22 +98,32 @@ int main(int argc, char** argv) {
     if (step == skip) measured_start = Clock::now();
     const torch::Tensor batch = order.slice(0, step * batch_size, (step + 1) * batch_size);
     const auto t0 = Clock::now();
-    optimizer.zero_grad();
+    if (distributed) {
+      distributed->zero_grad();
+    } else {
+      adam.zero_grad();
+    }
     const torch::Tensor loss = torch::nll_loss(model->forward(images.index_select(0, batch)),
                                                labels.index_select(0, batch));
     const auto t1 = Clock::now();
     loss.backward();
     const auto t2 = Clock::now();
-    optimizer.synchronize();
+    if (distributed) {
+      distributed->synchronize();
+    } else {
+      kolo::barrier();
+    }
     const auto t3 = Clock::now();
-    {
-      auto guard = optimizer.skip_synchronize();
-      optimizer.step();
+    if (distributed) {
+      auto guard = distributed->skip_synchronize();
+      distributed->step();
+    } else {
+      adam.step();
     }
     const auto t4 = Clock::now();
     (void)loss.item<double>();
     const auto t5 = Clock::now();
-    const auto times = optimizer.last_times();
+    const auto times = distributed ? distributed->last_times() : decltype(distributed->last_times()){};
     if (csv.is_open()) {
       csv << step << "," << ns(t0) << "," << ns(t1) << "," << ns(t2) << "," << ns(t3) << ","
           << ns(t4) << "," << ns(t5);

@@ -150,6 +150,21 @@ void check_others(int rank, int n) {
     std::vector<float> g(10, 1.0f);
     kolo::allreduce(kolo::TensorView{g.data(), DataType::kFloat32, {10}}, {.name = "after-join", .op = ReduceOp::kSum});
     CHECK(g[0] == n - 1, "allreduce with a joined rank: %g", g[0]);
+    // Averaged and postscaled, fused with a second tensor: the joined rank packs zeros
+    // while the others reduce their tensors in place (shm: gather/scatter), in one
+    // collective; the average still divides by every rank.
+    std::vector<float> a(1000, 2.0f), b(37, 4.0f);
+    const kolo::TensorView va{a.data(), DataType::kFloat32, {1000}};
+    const kolo::TensorView vb{b.data(), DataType::kFloat32, {37}};
+    kolo::Handle ha =
+        kolo::allreduce_async(va, va, {.name = "after-join-avg.a", .postscale_factor = 3.0});
+    kolo::Handle hb = kolo::allreduce_async(vb, vb, {.name = "after-join-avg.b"});
+    ha.wait();
+    hb.wait();
+    const float want_a = 2.0f * (n - 1) / n * 3.0f, want_b = 4.0f * (n - 1) / n;
+    CHECK(std::fabs(a[999] - want_a) < 1e-5f && std::fabs(b[0] - want_b) < 1e-5f,
+          "averaged allreduce with a joined rank: %g (want %g), %g (want %g)", a[999], want_a, b[0],
+          want_b);
     kolo::join();
   }
   kolo::barrier();

@@ -4,8 +4,9 @@
 // A ShmCommunicator wraps a base communicator (MPI) that it uses to bootstrap (passing the
 // segment's name) and for every operation it does not implement itself (allgatherv,
 // alltoallv, reducescatter, control_gather, control_broadcast). It implements allreduce,
-// broadcast, barrier and control_and in the segment, and fusion_buffer(): this rank's
-// region of the segment, which allreduce reduces in place with no copy at all.
+// allreduce_pieces (gather/scatter over many tensors), broadcast, barrier and control_and
+// in the segment, a cycle bell for on-demand negotiation, and fusion_buffer(): this
+// rank's region of the segment, which allreduce reduces in place with no copy at all.
 //
 // Not for: ranks on several hosts (the hierarchical transport's job), CUDA memory, or use
 // from several threads (one thread owns a communicator, as the runtime's background

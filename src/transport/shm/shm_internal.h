@@ -64,6 +64,8 @@ class ShmCommunicator final : public Communicator {
     std::size_t lo, hi;
   };
   Slice slice(std::size_t count, std::size_t es, int r) const;
+  // Elements of `es` bytes per chunk of the copy paths (see kCopyChunkBudget).
+  std::size_t copy_chunk(std::size_t es) const;
   // Where this rank's own slice of a chunk is read from and written to when that is not
   // its region: elements [lo, hi) of the chunk, input at `src`, result to `dst` (may be
   // `src`), the input multiplied by `prescale` and the result by postscale / divisor.
