@@ -102,8 +102,15 @@ std::optional<Tunables> Autotuner::next_candidate() {
         if (c == base) continue;  // measured in phase 1 already
         queue_.push_back(c);
       }
-    } else {
+    } else if (phase_ == 2 && options_.tune_hierarchical) {
+      // The best so far with the other allreduce algorithm (hierarchical or flat).
       phase_ = 3;
+      const AutotuneSample* top = best([](const AutotuneSample&) { return true; });
+      Tunables c = top ? top->tunables : current_;
+      c.hierarchical = !c.hierarchical;
+      queue_.push_back(c);
+    } else {
+      phase_ = 4;
       settled_ = true;
       const AutotuneSample* top = best([](const AutotuneSample&) { return true; });
       if (top) current_ = top->tunables;

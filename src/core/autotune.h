@@ -9,14 +9,14 @@
 //   1. `warmup_samples` samples at the starting values, discarded (caches, allocator);
 //   2. each fusion threshold of the grid at the starting cycle time;
 //   3. each cycle time of the grid at the best threshold so far;
-//   4. settle on the best scored candidate and stop.
+//   4. when the transport offers both (tune_hierarchical), the best so far with the other
+//      allreduce algorithm: hierarchical (shm per host + MPI across hosts) or flat MPI;
+//   5. settle on the best scored candidate and stop.
 // Each change is returned to the caller, which broadcasts it (Controller::propose) so
 // every rank switches between the same two cycles. Samples are also written as CSV lines
 // to the log path, if one is given.
 //
 // Pure except for the optional log file; not thread-safe (the background thread owns it).
-// Not for: deciding hierarchical allreduce (no such choice is offered by the transports
-// yet; Tunables carries the flag so it can be added to the grid).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,7 @@ struct AutotuneOptions {
   std::vector<std::int64_t> fusion_thresholds;  // empty: the default grid up to the start value
   std::vector<double> cycle_times_ms;           // empty: the default grid
   std::string log_path;                         // "" = no log
+  bool tune_hierarchical = false;  // the transport can switch (Communicator::can_switch_hierarchical)
 };
 
 struct AutotuneSample {
@@ -75,7 +76,7 @@ class Autotuner {
   AutotuneOptions options_;
   Tunables current_;
   std::vector<Tunables> queue_;  // candidates still to measure, in order
-  int phase_ = 0;                // 0 warm-up, 1 thresholds, 2 cycle times, 3 settled
+  int phase_ = 0;  // 0 warm-up, 1 thresholds, 2 cycle times, 3 hierarchical, 4 settled
   bool settled_ = false;
   std::vector<AutotuneSample> samples_;
   // The sample being measured.

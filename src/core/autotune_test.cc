@@ -24,11 +24,12 @@ double made_up_rate(const Tunables& t) {
 
 // Feeds busy cycles of 1 ms at the current candidate's rate until the tuner settles;
 // returns every change it asked for.
-std::vector<Tunables> drive(Autotuner& tuner, int max_cycles = 10000) {
+std::vector<Tunables> drive(Autotuner& tuner, double (*rate)(const Tunables&) = made_up_rate,
+                            int max_cycles = 10000) {
   std::vector<Tunables> changes;
   double t = 0;
   for (int i = 0; i < max_cycles && !tuner.settled(); ++i) {
-    const double bytes = made_up_rate(tuner.current()) * 1e-3;
+    const double bytes = rate(tuner.current()) * 1e-3;
     if (auto change = tuner.observe(bytes, t, t + 1e-3)) changes.push_back(*change);
     t += 1e-3;
   }
@@ -66,6 +67,45 @@ TEST(AutotuneTest, SearchesThresholdsThenCycleTimesAndSettlesOnTheBest) {
   }
   // After settling nothing changes any more.
   EXPECT_FALSE(tuner.observe(1e6, 100, 100.001).has_value());
+}
+
+// With a transport that offers both allreduce algorithms, the best candidate is also
+// measured with the other one, and the tuner keeps whichever scored higher.
+TEST(AutotuneTest, TriesTheOtherAllreduceAlgorithmWhenTheTransportOffersIt) {
+  for (bool flat_is_faster : {true, false}) {
+    AutotuneOptions o;
+    o.warmup_samples = 1;
+    o.cycles_per_sample = 2;
+    o.fusion_thresholds = {1 * kMiB, 4 * kMiB};
+    o.cycle_times_ms = {0.0, 1.0};
+    o.tune_hierarchical = true;
+    Autotuner tuner(
+        Tunables{.fusion_threshold_bytes = 1 * kMiB, .cycle_time_ms = 0.0, .hierarchical = true},
+        o);
+    auto rate = flat_is_faster ? +[](const Tunables& t) { return made_up_rate(t) * (t.hierarchical ? 1.0 : 2.0); }
+                               : +[](const Tunables& t) { return made_up_rate(t) * (t.hierarchical ? 2.0 : 1.0); };
+    drive(tuner, rate);
+    ASSERT_TRUE(tuner.settled());
+    // warm-up, 2 thresholds, 1 new cycle time, then the best with the flag flipped.
+    ASSERT_EQ(tuner.samples().size(), 5u);
+    const Tunables& flipped = tuner.samples().back().tunables;
+    EXPECT_FALSE(flipped.hierarchical);
+    EXPECT_EQ(flipped.fusion_threshold_bytes, 4 * kMiB);
+    EXPECT_EQ(flipped.cycle_time_ms, 1.0);
+    EXPECT_EQ(tuner.current(), (Tunables{.fusion_threshold_bytes = 4 * kMiB,
+                                         .cycle_time_ms = 1.0,
+                                         .hierarchical = !flat_is_faster}));
+  }
+  // Without the option the flag is never touched.
+  AutotuneOptions o;
+  o.warmup_samples = 1;
+  o.cycles_per_sample = 2;
+  o.fusion_thresholds = {1 * kMiB};
+  o.cycle_times_ms = {0.0};
+  Autotuner tuner(
+      Tunables{.fusion_threshold_bytes = 1 * kMiB, .cycle_time_ms = 0.0, .hierarchical = true}, o);
+  drive(tuner);
+  for (const auto& sample : tuner.samples()) EXPECT_TRUE(sample.tunables.hierarchical);
 }
 
 TEST(AutotuneTest, DefaultGridsStayWithinTheConfiguredBuffer) {

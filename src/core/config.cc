@@ -45,8 +45,9 @@ const std::vector<OptionDoc>& config_options() {
        "communicate, unpack per tensor) that Perfetto and chrome://tracing open"},
       {"KOLO_TIMELINE_MARK_CYCLES", "0", "1: the timeline also marks every negotiation cycle"},
       {"KOLO_AUTOTUNE", "0",
-       "1: during the first steps rank 0 tries fusion thresholds and cycle times and settles on "
-       "the one with the most bytes per second; every rank switches at the same cycle"},
+       "1: during the first steps rank 0 tries fusion thresholds and cycle times (and, across "
+       "hosts, hierarchical vs flat allreduce) and settles on the one with the most bytes per "
+       "second; every rank switches at the same cycle"},
       {"KOLO_AUTOTUNE_LOG", "", "path (unset: off): rank 0 writes each autotune sample as a CSV line"},
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before the search"},
       {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "20", "busy negotiation cycles measured per autotune sample"},

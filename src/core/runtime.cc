@@ -432,6 +432,7 @@ void Runtime::loop() {
     if (status.ok()) {
       topology_ = comm_->topology();
       if (config_.cycle_on_demand) bell_ = comm_->cycle_bell();
+      tunables_.hierarchical = comm_->hierarchical();
     }
     start_status_ = status;
     running_ = status.ok();
@@ -453,6 +454,7 @@ void Runtime::loop() {
     options.warmup_samples = config_.autotune_warmup_samples;
     options.cycles_per_sample = config_.autotune_cycles_per_sample;
     options.log_path = config_.autotune_log;
+    options.tune_hierarchical = comm_->can_switch_hierarchical();
     autotuner = std::make_unique<Autotuner>(tunables_, options);
   }
   const auto peer_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -543,8 +545,13 @@ void Runtime::loop() {
       // Every rank got the same list, so every rank switches here, between the same cycles.
       tunables_ = next_tunables;
       tunables_history_.emplace_back(cycle_number, tunables_);
+      if (comm_->can_switch_hierarchical()) comm_->set_hierarchical(tunables_.hierarchical);
       KOLO_LOG(kInfo, "autotune") << "fusion threshold " << tunables_.fusion_threshold_bytes
-                                  << " bytes, cycle time " << tunables_.cycle_time_ms << " ms";
+                                  << " bytes, cycle time " << tunables_.cycle_time_ms << " ms"
+                                  << (comm_->can_switch_hierarchical()
+                                          ? (tunables_.hierarchical ? ", hierarchical allreduce"
+                                                                    : ", flat MPI allreduce")
+                                          : "");
     }
   }
   if (!fatal.ok()) {

@@ -99,6 +99,14 @@ class Communicator {
     return Status(ErrorCode::kUnsupported, std::string(name()) + " has no allreduce_pieces");
   }
 
+  // Optional: a transport with two allreduce algorithms (hierarchical: shared memory per
+  // host and MPI across hosts, or flat MPI over all ranks) lets autotune switch between
+  // them. Every rank must switch between the same two calls (the runtime does it between
+  // the same two cycles). Results are the same either way up to the order of the fold.
+  virtual bool can_switch_hierarchical() const { return false; }
+  virtual bool hierarchical() const { return false; }
+  virtual void set_hierarchical(bool on) { (void)on; }
+
   // --- control plane (negotiation), rooted at rank 0 -----------------------------------
   // Optional: a CycleBell (cycle_bell.h) over memory every rank of this communicator can
   // reach, so the runtime cycles only when some rank has news. nullptr (the default): the

@@ -170,6 +170,48 @@ void check_others(int rank, int n) {
   kolo::barrier();
 }
 
+// autotune: enough fused steps for the whole search (the test sets KOLO_AUTOTUNE=1 with
+// small samples and KOLO_AUTOTUNE_LOG), every result checked; then rank 0 reads the log:
+// over the hierarchical transport the search must have measured both the hierarchical
+// and the flat allreduce, and settled.
+void run_autotune(int rank, int n) {
+  for (int step = 0; step < 400; ++step) {
+    std::vector<float> a(1000, static_cast<float>(rank + 1)), b(5000, 1.0f);
+    const kolo::TensorView va{a.data(), DataType::kFloat32, {1000}};
+    const kolo::TensorView vb{b.data(), DataType::kFloat32, {5000}};
+    kolo::Handle ha = kolo::allreduce_async(va, va, {.name = "tune.a", .op = ReduceOp::kSum});
+    kolo::Handle hb = kolo::allreduce_async(vb, vb, {.name = "tune.b", .op = ReduceOp::kSum});
+    ha.wait();
+    hb.wait();
+    CHECK(a[999] == n * (n + 1) / 2.0f && b[0] == static_cast<float>(n),
+          "step %d: got %g and %g", step, a[999], b[0]);
+  }
+  kolo::shutdown();  // closes the log
+  const char* path = std::getenv("KOLO_AUTOTUNE_LOG");
+  if (rank != 0 || path == nullptr) return;
+  std::FILE* f = std::fopen(path, "r");
+  CHECK(f != nullptr, "cannot read %s", path);
+  if (f == nullptr) return;
+  // sample,phase,fusion_threshold_bytes,cycle_time_ms,hierarchical,...
+  int hierarchical = 0, flat = 0, settled = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    char phase[32];
+    long long threshold;
+    double cycle;
+    int hier;
+    if (std::sscanf(line, "%*d,%31[a-z],%lld,%lf,%d", phase, &threshold, &cycle, &hier) != 4) continue;
+    const std::string p = phase;
+    if (p == "search") (hier ? hierarchical : flat)++;
+    if (p == "settled") ++settled;
+  }
+  std::fclose(f);
+  CHECK(hierarchical > 0 && flat > 0 && settled == 1,
+        "autotune log: %d hierarchical samples, %d flat, %d settled lines", hierarchical, flat,
+        settled);
+  std::printf("autotune log: %d hierarchical samples, %d flat, settled\n", hierarchical, flat);
+}
+
 int run_die(int rank, int n) {
   std::vector<float> g(16, 1.0f);
   kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
@@ -213,6 +255,8 @@ int main(int argc, char** argv) {
       std::printf("rank %d idle for 3 s used %.3f s of CPU (%.1f%% of a core)\n", rank, cpu, cpu / 3 * 100);
     } else if (mode == "die") {
       return run_die(rank, n);
+    } else if (mode == "autotune") {
+      run_autotune(rank, n);
     } else {
       check_allreduce(rank, n);
       check_others(rank, n);

@@ -52,8 +52,10 @@ void check_topology(Communicator* comm, Checker& c) {
   }
 }
 
-// path 0: copy; 1: zero-copy (fusion_buffer); 2: zero-copy on even ranks only. Path 0 is
-// also run through the plain MPI communicator, whose bytes must be the same.
+// path 0: copy; 1: zero-copy (fusion_buffer); 2: zero-copy on even ranks only; 3: as 2
+// with the hierarchical algorithm switched off (set_hierarchical(false), as autotune
+// does: flat MPI, also on the shm region). Path 0 is also run through the plain MPI
+// communicator, whose bytes must be the same.
 void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
   const int n = comm->size(), me = comm->rank();
   std::vector<std::int64_t> want;
@@ -75,16 +77,19 @@ void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
         if (!c.expect_ok(comm->global()->allreduce(plain.data(), count, dt, op, soon()),
                          what + " (plain mpi)"))
           return;
-        for (int path = 0; path < 3; ++path) {
+        for (int path = 0; path < 4; ++path) {
           void* region = comm->fusion_buffer(bytes);
-          const bool zero_copy = path == 1 || (path == 2 && me % 2 == 0);
+          const bool zero_copy = path == 1 || (path >= 2 && me % 2 == 0);
           if (path > 0 && region == nullptr) continue;
           std::vector<char> own(zero_copy ? 0 : bytes);
           void* buf = zero_copy ? region : own.data();
           for (std::size_t i = 0; i < count; ++i) store(dt, buf, i, input(me, i, dt, op));
           const std::string where = what + " path " + std::to_string(path);
           c.count();
-          if (!c.expect_ok(comm->allreduce(buf, count, dt, op, soon()), where)) return;
+          comm->set_hierarchical(path != 3);
+          const Status s = comm->allreduce(buf, count, dt, op, soon());
+          comm->set_hierarchical(true);
+          if (!c.expect_ok(s, where)) return;
           for (std::size_t i = 0; i < count; ++i) {
             if (load(dt, buf, i) != static_cast<double>(want[i])) {
               c.fail(where + ": element " + std::to_string(i) + " is " +
@@ -181,7 +186,8 @@ int main(int argc, char** argv) {
   c.end_group("hierarchical topology follows KOLO_TEST_HOSTS");
   hier_check::check_allreduce(hier, c);
   c.end_group(
-      "hierarchical allreduce: every dtype x op x size, copy / zero-copy / mixed, = plain MPI");
+      "hierarchical allreduce: every dtype x op x size, copy / zero-copy / mixed / switched "
+      "off, = plain MPI");
   hier_check::check_others(comm.get(), c);
   c.end_group("hierarchical broadcast, control_and, barrier, allgatherv (delegated)");
   return c.failures() ? 1 : 0;

@@ -96,6 +96,7 @@ Status HierarchicalCommunicator::allreduce(void* buffer, std::size_t count, Data
                            "average is not a transport op (the runtime sums, then scales)");
   }
   if (count == 0) return Status::OK();
+  if (!hierarchical_) return record(global_->allreduce(buffer, count, dtype, op, deadline));
   Status cross_failure;
   const SliceStage stage = [&](void* slice, std::size_t n) {
     Status s = cross_->allreduce(slice, n, dtype, op, deadline);

@@ -47,6 +47,10 @@ class HierarchicalCommunicator final : public Communicator {
                        DataType dtype, ReduceOp op, Deadline deadline) override;
   Status barrier(Deadline deadline) override;
   void* fusion_buffer(std::size_t bytes) override;
+  // Autotune may turn the hierarchical algorithm off: allreduce then runs on `global`.
+  bool can_switch_hierarchical() const override { return true; }
+  bool hierarchical() const override { return hierarchical_; }
+  void set_hierarchical(bool on) override { hierarchical_ = on; }
 
   Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
   Status control_gather(const std::string& mine, std::vector<std::string>* all,
@@ -68,6 +72,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::unique_ptr<Communicator> cross_;
   std::string cross_names_;  // "ranks 1, 3": who takes part in this rank's cross phase
   std::string broken_;       // the first peer failure's message
+  bool hierarchical_ = true;  // false: allreduce is global_'s (flat MPI)
 };
 
 }  // namespace kolo::transport::hier
