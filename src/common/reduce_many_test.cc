@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/reduce.h"
+#include "common/testing/elements.h"
 
 namespace kolo {
 namespace {
@@ -48,36 +49,7 @@ Bytes small_values(DataType dtype, std::size_t count, std::mt19937_64& rng) {
   Bytes b(count * es);
   for (std::size_t i = 0; i < count; ++i) {
     const int v = static_cast<int>(rng() % 5) - 2;  // -2..2
-    void* p = b.data() + i * es;
-    switch (dtype) {
-      case DataType::kFloat32:
-        *static_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case DataType::kFloat64:
-        *static_cast<double*>(p) = v;
-        break;
-      case DataType::kFloat16:
-        *static_cast<std::uint16_t*>(p) = float_to_half(static_cast<float>(v));
-        break;
-      case DataType::kBFloat16:
-        *static_cast<std::uint16_t*>(p) = float_to_bfloat16(static_cast<float>(v));
-        break;
-      case DataType::kInt8:
-        *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v);
-        break;
-      case DataType::kUInt8:
-        *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v + 2);
-        break;
-      case DataType::kInt32:
-        *static_cast<std::int32_t*>(p) = v;
-        break;
-      case DataType::kInt64:
-        *static_cast<std::int64_t*>(p) = v;
-        break;
-      case DataType::kBool:
-        *static_cast<std::uint8_t*>(p) = v > 0;
-        break;
-    }
+    kolo::testing::store_small(b.data(), dtype, i, v);
   }
   return b;
 }

@@ -4,6 +4,7 @@
 // and results are exactly representable in every dtype, so the comparison is exact);
 // the 16-bit conversions are checked against known bit patterns and exhaustively.
 #include "common/reduce.h"
+#include "common/testing/elements.h"
 
 #include <gtest/gtest.h>
 
@@ -22,45 +23,14 @@ namespace {
 std::vector<std::uint8_t> encode(DataType dtype, const std::vector<double>& values) {
   std::vector<std::uint8_t> out(values.size() * dtype_size(dtype));
   for (std::size_t i = 0; i < values.size(); ++i) {
-    void* p = out.data() + i * dtype_size(dtype);
-    const double v = values[i];
-    switch (dtype) {
-      case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-      case DataType::kFloat64: *static_cast<double*>(p) = v; break;
-      case DataType::kFloat16:
-        *static_cast<std::uint16_t*>(p) = float_to_half(static_cast<float>(v));
-        break;
-      case DataType::kBFloat16:
-        *static_cast<std::uint16_t*>(p) = float_to_bfloat16(static_cast<float>(v));
-        break;
-      case DataType::kInt8: *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v); break;
-      case DataType::kUInt8: *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v); break;
-      case DataType::kInt32: *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v); break;
-      case DataType::kInt64: *static_cast<std::int64_t*>(p) = static_cast<std::int64_t>(v); break;
-      case DataType::kBool: *static_cast<std::uint8_t*>(p) = v != 0 ? 1 : 0; break;
-    }
+    kolo::testing::store_element(out.data(), dtype, i, values[i]);
   }
   return out;
 }
 
 std::vector<double> decode(DataType dtype, const std::vector<std::uint8_t>& bytes) {
   std::vector<double> out(bytes.size() / dtype_size(dtype));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const void* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DataType::kFloat32: out[i] = *static_cast<const float*>(p); break;
-      case DataType::kFloat64: out[i] = *static_cast<const double*>(p); break;
-      case DataType::kFloat16: out[i] = half_to_float(*static_cast<const std::uint16_t*>(p)); break;
-      case DataType::kBFloat16:
-        out[i] = bfloat16_to_float(*static_cast<const std::uint16_t*>(p));
-        break;
-      case DataType::kInt8: out[i] = *static_cast<const std::int8_t*>(p); break;
-      case DataType::kUInt8:
-      case DataType::kBool: out[i] = *static_cast<const std::uint8_t*>(p); break;
-      case DataType::kInt32: out[i] = *static_cast<const std::int32_t*>(p); break;
-      case DataType::kInt64: out[i] = static_cast<double>(*static_cast<const std::int64_t*>(p)); break;
-    }
-  }
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = kolo::testing::load_element(bytes.data(), dtype, i);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/reduce.h"
+#include "common/testing/elements.h"
 #include "kolo/types.h"
 
 namespace kolo::core::testing {
@@ -18,36 +19,11 @@ inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, Reduc
                                        ReduceOp::kMax, ReduceOp::kProduct};
 
 inline double get_value(const void* data, DataType dtype, std::size_t i) {
-  switch (dtype) {
-    case DataType::kFloat32: return static_cast<const float*>(data)[i];
-    case DataType::kFloat64: return static_cast<const double*>(data)[i];
-    case DataType::kFloat16: return half_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DataType::kBFloat16: return bfloat16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DataType::kInt8: return static_cast<const std::int8_t*>(data)[i];
-    case DataType::kUInt8: return static_cast<const std::uint8_t*>(data)[i];
-    case DataType::kInt32: return static_cast<const std::int32_t*>(data)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
-    case DataType::kBool: return static_cast<const std::uint8_t*>(data)[i] ? 1 : 0;
-  }
-  return 0;
+  return kolo::testing::load_element(data, dtype, i);
 }
 
 inline void set_value(void* data, DataType dtype, std::size_t i, double v) {
-  switch (dtype) {
-    case DataType::kFloat32: static_cast<float*>(data)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(data)[i] = v; break;
-    case DataType::kFloat16:
-      static_cast<std::uint16_t*>(data)[i] = float_to_half(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<std::uint16_t*>(data)[i] = float_to_bfloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt8: static_cast<std::int8_t*>(data)[i] = static_cast<std::int8_t>(v); break;
-    case DataType::kUInt8: static_cast<std::uint8_t*>(data)[i] = static_cast<std::uint8_t>(v); break;
-    case DataType::kInt32: static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v); break;
-    case DataType::kInt64: static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v); break;
-    case DataType::kBool: static_cast<std::uint8_t*>(data)[i] = v != 0; break;
-  }
+  kolo::testing::store_element(data, dtype, i, v);
 }
 
 inline bool is_unsigned(DataType d) { return d == DataType::kUInt8 || d == DataType::kBool; }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/reduce.h"
+#include "common/testing/elements.h"
 #include "transport/communicator.h"
 #include "transport/mpi/mpi_check.h"
 #include "transport/mpi/mpi_communicator.h"
@@ -114,55 +115,11 @@ class References {
 };
 
 void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
-  auto put = [&](auto x) { std::memcpy(static_cast<char*>(buf) + i * sizeof x, &x, sizeof x); };
-  switch (dt) {
-    case DataType::kFloat32:
-      return put(static_cast<float>(v));
-    case DataType::kFloat64:
-      return put(static_cast<double>(v));
-    case DataType::kFloat16:
-      return put(float_to_half(static_cast<float>(v)));
-    case DataType::kBFloat16:
-      return put(float_to_bfloat16(static_cast<float>(v)));
-    case DataType::kInt8:
-      return put(static_cast<std::int8_t>(v));
-    case DataType::kUInt8:
-      return put(static_cast<std::uint8_t>(v));
-    case DataType::kInt32:
-      return put(static_cast<std::int32_t>(v));
-    case DataType::kInt64:
-      return put(static_cast<std::int64_t>(v));
-    case DataType::kBool:
-      return put(static_cast<std::uint8_t>(v != 0));
-  }
+  kolo::testing::store_element(buf, dt, i, v);
 }
 
 double load(DataType dt, const void* buf, std::size_t i) {
-  auto get = [&](auto x) {
-    std::memcpy(&x, static_cast<const char*>(buf) + i * sizeof x, sizeof x);
-    return x;
-  };
-  switch (dt) {
-    case DataType::kFloat32:
-      return get(float{});
-    case DataType::kFloat64:
-      return get(double{});
-    case DataType::kFloat16:
-      return half_to_float(get(std::uint16_t{}));
-    case DataType::kBFloat16:
-      return bfloat16_to_float(get(std::uint16_t{}));
-    case DataType::kInt8:
-      return get(std::int8_t{});
-    case DataType::kUInt8:
-      return get(std::uint8_t{});
-    case DataType::kInt32:
-      return get(std::int32_t{});
-    case DataType::kInt64:
-      return static_cast<double>(get(std::int64_t{}));
-    case DataType::kBool:
-      return get(std::uint8_t{});
-  }
-  return 0;
+  return kolo::testing::load_element(buf, dt, i);
 }
 
 std::uint8_t pattern(int a, int b, std::size_t j) {

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "common/reduce.h"
+#include "common/testing/elements.h"
 #include "transport/inproc/inproc.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/shm/shm_internal.h"
@@ -80,36 +81,7 @@ std::vector<std::uint8_t> input(int rank, DataType dtype, std::size_t count) {
   std::vector<std::uint8_t> b(count * es);
   for (std::size_t i = 0; i < count; ++i) {
     const int v = static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 3) % 5) - 2;
-    void* p = b.data() + i * es;
-    switch (dtype) {
-      case DataType::kFloat32:
-        *static_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case DataType::kFloat64:
-        *static_cast<double*>(p) = v;
-        break;
-      case DataType::kFloat16:
-        *static_cast<std::uint16_t*>(p) = float_to_half(static_cast<float>(v));
-        break;
-      case DataType::kBFloat16:
-        *static_cast<std::uint16_t*>(p) = float_to_bfloat16(static_cast<float>(v));
-        break;
-      case DataType::kInt8:
-        *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v);
-        break;
-      case DataType::kUInt8:
-        *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v + 2);
-        break;
-      case DataType::kInt32:
-        *static_cast<std::int32_t*>(p) = v;
-        break;
-      case DataType::kInt64:
-        *static_cast<std::int64_t*>(p) = v;
-        break;
-      case DataType::kBool:
-        *static_cast<std::uint8_t*>(p) = v > 0;
-        break;
-    }
+    kolo::testing::store_small(b.data(), dtype, i, v);
   }
   return b;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/reduce.h"
+#include "common/testing/elements.h"
 #include "transport/communicator.h"
 
 namespace kolo::transport::check {
@@ -48,63 +49,12 @@ inline std::int64_t fold(DataType dt, ReduceOp op, std::int64_t a, std::int64_t 
   return a + b;
 }
 
-template <typename T>
-void put(void* buf, std::size_t i, T x) {
-  std::memcpy(static_cast<char*>(buf) + i * sizeof x, &x, sizeof x);
-}
-template <typename T>
-T get(const void* buf, std::size_t i) {
-  T x;
-  std::memcpy(&x, static_cast<const char*>(buf) + i * sizeof x, sizeof x);
-  return x;
-}
-
 inline void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
-  const auto f = static_cast<float>(v);
-  switch (dt) {
-    case DataType::kFloat32:
-      return put(buf, i, f);
-    case DataType::kFloat64:
-      return put(buf, i, static_cast<double>(v));
-    case DataType::kFloat16:
-      return put(buf, i, float_to_half(f));
-    case DataType::kBFloat16:
-      return put(buf, i, float_to_bfloat16(f));
-    case DataType::kInt8:
-      return put(buf, i, static_cast<std::int8_t>(v));
-    case DataType::kUInt8:
-      return put(buf, i, static_cast<std::uint8_t>(v));
-    case DataType::kInt32:
-      return put(buf, i, static_cast<std::int32_t>(v));
-    case DataType::kInt64:
-      return put(buf, i, v);
-    case DataType::kBool:
-      return put(buf, i, static_cast<std::uint8_t>(v != 0));
-  }
+  kolo::testing::store_element(buf, dt, i, v);
 }
 
 inline double load(DataType dt, const void* buf, std::size_t i) {
-  switch (dt) {
-    case DataType::kFloat32:
-      return get<float>(buf, i);
-    case DataType::kFloat64:
-      return get<double>(buf, i);
-    case DataType::kFloat16:
-      return half_to_float(get<std::uint16_t>(buf, i));
-    case DataType::kBFloat16:
-      return bfloat16_to_float(get<std::uint16_t>(buf, i));
-    case DataType::kInt8:
-      return get<std::int8_t>(buf, i);
-    case DataType::kUInt8:
-      return get<std::uint8_t>(buf, i);
-    case DataType::kInt32:
-      return get<std::int32_t>(buf, i);
-    case DataType::kInt64:
-      return static_cast<double>(get<std::int64_t>(buf, i));
-    case DataType::kBool:
-      return get<std::uint8_t>(buf, i);
-  }
-  return 0;
+  return kolo::testing::load_element(buf, dt, i);
 }
 
 // Counts cases and failures of one group at a time; end_group() ANDs every rank's verdict
