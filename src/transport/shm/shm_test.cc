@@ -186,7 +186,7 @@ void check_pieces(int n, bool mixed) {
             }
             at = 0;
             for (std::size_t k = 0; k < std::size(sizes); ++k) {
-              std::memcpy(pieces[k].out, all.data() + at * es, sizes[k] * es);
+              if (sizes[k] > 0) std::memcpy(pieces[k].out, all.data() + at * es, sizes[k] * es);
               at += sizes[k];
             }
           } else {
