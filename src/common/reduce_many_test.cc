@@ -23,10 +23,8 @@
 namespace kolo {
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+constexpr const auto& kDtypes = kolo::testing::kEveryDtype;
+constexpr const auto& kOps = kolo::testing::kTransportOps;
 // Around the 4 KiB accumulator block for every element size.
 constexpr std::size_t kCounts[] = {0, 1, 7, 511, 512, 1024, 2048, 4097, 10000};
 

@@ -171,9 +171,7 @@ TEST(ScaleTest, BoolAndIdentityScaleLeaveDataUnchanged) {
 TEST(ScaleTest, ScaleIntoEqualsCopyThenScaleInPlace) {
   const std::vector<double> values = {0, 1, -2, 3, 100, -7, 12, 5, 9, -1, 64};
   const std::vector<std::pair<double, double>> factors = {{1, 1}, {3, 2}, {0.5, 1}, {1, 3}};
-  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                         DataType::kBFloat16, DataType::kInt8, DataType::kUInt8,
-                         DataType::kInt32, DataType::kInt64, DataType::kBool}) {
+  for (DataType dtype : kolo::testing::kEveryDtype) {
     for (const auto& [factor, divisor] : factors) {
       const std::vector<std::uint8_t> src = encode(dtype, values);
       std::vector<std::uint8_t> expected = src;

@@ -52,9 +52,8 @@ double fold(ReduceOp op, double a, double b) {
 }
 
 void check_allreduce(int rank, int n) {
-  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-                             DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64, DataType::kBool};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  const auto& dtypes = kolo::core::testing::kAllDtypes;
+  const auto& ops = kolo::core::testing::kAllOps;
   for (std::int64_t count : {0, 1, 7, 1024, 1 << 18}) {
     struct Op {
       DataType dtype;

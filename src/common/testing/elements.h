@@ -13,6 +13,15 @@
 
 namespace kolo::testing {
 
+// Every dtype, and the reductions a transport implements (average is the runtime's sum
+// and scale), for tests that sweep them all.
+inline constexpr DataType kEveryDtype[] = {
+    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+    DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+    DataType::kInt32,    DataType::kInt64,   DataType::kBool};
+inline constexpr ReduceOp kTransportOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                                             ReduceOp::kProduct};
+
 template <typename T>
 T element_as(const void* buf, std::size_t i) {
   T x;
@@ -27,41 +36,61 @@ void put_element(void* buf, std::size_t i, T x) {
 
 // float16/bfloat16 round to nearest even from float; bool stores v != 0.
 template <typename V>
-  requires std::is_same_v<V, double> || std::is_same_v<V, std::int64_t>
+requires std::is_same_v<V, double> || std::is_same_v<V, std::int64_t>
 void store_element(void* buf, DataType dtype, std::size_t i, V v) {
   const auto f = static_cast<float>(v);
   switch (dtype) {
-    case DataType::kFloat32: return put_element(buf, i, f);
-    case DataType::kFloat64: return put_element(buf, i, static_cast<double>(v));
-    case DataType::kFloat16: return put_element(buf, i, float_to_half(f));
-    case DataType::kBFloat16: return put_element(buf, i, float_to_bfloat16(f));
-    case DataType::kInt8: return put_element(buf, i, static_cast<std::int8_t>(v));
-    case DataType::kUInt8: return put_element(buf, i, static_cast<std::uint8_t>(v));
-    case DataType::kInt32: return put_element(buf, i, static_cast<std::int32_t>(v));
-    case DataType::kInt64: return put_element(buf, i, static_cast<std::int64_t>(v));
-    case DataType::kBool: return put_element(buf, i, static_cast<std::uint8_t>(v != 0));
+    case DataType::kFloat32:
+      return put_element(buf, i, f);
+    case DataType::kFloat64:
+      return put_element(buf, i, static_cast<double>(v));
+    case DataType::kFloat16:
+      return put_element(buf, i, float_to_half(f));
+    case DataType::kBFloat16:
+      return put_element(buf, i, float_to_bfloat16(f));
+    case DataType::kInt8:
+      return put_element(buf, i, static_cast<std::int8_t>(v));
+    case DataType::kUInt8:
+      return put_element(buf, i, static_cast<std::uint8_t>(v));
+    case DataType::kInt32:
+      return put_element(buf, i, static_cast<std::int32_t>(v));
+    case DataType::kInt64:
+      return put_element(buf, i, static_cast<std::int64_t>(v));
+    case DataType::kBool:
+      return put_element(buf, i, static_cast<std::uint8_t>(v != 0));
   }
 }
 
 // A small signed integer v in [-2, 2] as a value every dtype holds exactly and whose
 // sums and products over a few ranks stay exact: uint8 stores v + 2, bool stores v > 0.
 inline void store_small(void* buf, DataType dtype, std::size_t i, int v) {
-  const std::int64_t stored = dtype == DataType::kUInt8 ? v + 2 : dtype == DataType::kBool ? v > 0 : v;
+  const std::int64_t stored = dtype == DataType::kUInt8  ? v + 2
+                              : dtype == DataType::kBool ? v > 0
+                                                         : v;
   store_element(buf, dtype, i, stored);
 }
 
 // bool reads as its byte, so a result other than 0 or 1 shows.
 inline double load_element(const void* buf, DataType dtype, std::size_t i) {
   switch (dtype) {
-    case DataType::kFloat32: return element_as<float>(buf, i);
-    case DataType::kFloat64: return element_as<double>(buf, i);
-    case DataType::kFloat16: return half_to_float(element_as<std::uint16_t>(buf, i));
-    case DataType::kBFloat16: return bfloat16_to_float(element_as<std::uint16_t>(buf, i));
-    case DataType::kInt8: return element_as<std::int8_t>(buf, i);
-    case DataType::kUInt8: return element_as<std::uint8_t>(buf, i);
-    case DataType::kInt32: return element_as<std::int32_t>(buf, i);
-    case DataType::kInt64: return static_cast<double>(element_as<std::int64_t>(buf, i));
-    case DataType::kBool: return element_as<std::uint8_t>(buf, i);
+    case DataType::kFloat32:
+      return element_as<float>(buf, i);
+    case DataType::kFloat64:
+      return element_as<double>(buf, i);
+    case DataType::kFloat16:
+      return half_to_float(element_as<std::uint16_t>(buf, i));
+    case DataType::kBFloat16:
+      return bfloat16_to_float(element_as<std::uint16_t>(buf, i));
+    case DataType::kInt8:
+      return element_as<std::int8_t>(buf, i);
+    case DataType::kUInt8:
+      return element_as<std::uint8_t>(buf, i);
+    case DataType::kInt32:
+      return element_as<std::int32_t>(buf, i);
+    case DataType::kInt64:
+      return static_cast<double>(element_as<std::int64_t>(buf, i));
+    case DataType::kBool:
+      return element_as<std::uint8_t>(buf, i);
   }
   return 0;
 }

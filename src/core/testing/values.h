@@ -12,9 +12,7 @@
 namespace kolo::core::testing {
 
 // Every dtype and every reduction, for tests that sweep them all.
-inline constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                          DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                          DataType::kInt32,   DataType::kInt64,   DataType::kBool};
+inline constexpr const auto& kAllDtypes = kolo::testing::kEveryDtype;
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                                        ReduceOp::kMax, ReduceOp::kProduct};
 
@@ -43,7 +41,8 @@ inline std::uint64_t mix(std::uint64_t x) {
 // A small integer for (rank, i): every sum, min, max and product over up to 8 ranks is
 // exactly representable in every dtype (int8 included).
 inline double test_value(int rank, std::size_t i, DataType dtype, ReduceOp op, int salt = 0) {
-  const std::uint64_t h = mix((static_cast<std::uint64_t>(rank) << 40) ^ i ^ (std::uint64_t(salt) << 56));
+  const std::uint64_t h =
+      mix((static_cast<std::uint64_t>(rank) << 40) ^ i ^ (std::uint64_t(salt) << 56));
   if (dtype == DataType::kBool) return static_cast<double>(h & 1);
   if (op == ReduceOp::kProduct) {
     // At most three ranks contribute a factor 2, the others +-1: |product| <= 8.

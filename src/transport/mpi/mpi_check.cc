@@ -38,10 +38,8 @@ namespace {
 
 using std::chrono::duration;
 
-constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+constexpr const auto& kDtypes = kolo::testing::kEveryDtype;
+constexpr const auto& kOps = kolo::testing::kTransportOps;
 constexpr std::size_t kSizes[] = {0, 1, 7, 1024, std::size_t{1} << 20};
 
 std::uint64_t mix(std::uint64_t x) {  // splitmix64

@@ -70,10 +70,8 @@ void on_shm_ranks(int n, const ShmOptions& options,
   for (auto& t : threads) t.join();
 }
 
-constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+constexpr const auto& kDtypes = kolo::testing::kEveryDtype;
+constexpr const auto& kOps = kolo::testing::kTransportOps;
 
 // Rank r's input: small integers, so every reduction is exact in every dtype.
 std::vector<std::uint8_t> input(int rank, DataType dtype, std::size_t count) {

@@ -18,15 +18,11 @@
 
 namespace kolo::transport::check {
 
-inline constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                       DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                       DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-// Average is the runtime's sum + scale, not a transport op.
-inline constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
-                                    ReduceOp::kProduct};
+inline constexpr const auto& kDtypes = kolo::testing::kEveryDtype;
+inline constexpr const auto& kOps = kolo::testing::kTransportOps;
 // With KOLO_FUSION_THRESHOLD=1048576 (1 MiB regions) the two large sizes take several chunks.
-inline constexpr std::size_t kSizes[] = {0, 1, 7, 1024, std::size_t{1} << 20,
-                                         (std::size_t{3} << 20) + 5};
+inline constexpr std::size_t kSizes[] = {
+    0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
 
 // Rank r's element i: small integers, so every dtype holds every result exactly: sums of
 // -2..2, products of {-1, 1, 2} (at most 2^6 on 6 ranks), booleans, and for uint8 0..3
@@ -79,7 +75,8 @@ class Checker {
     if (!comm_->control_and(ok, Clock::now() + verdict_timeout_).ok()) {
       fail(std::string(name) + ": verdict exchange failed");
     }
-    if (comm_->rank() == 0) std::printf("%s %s (%d cases)\n", ok[0] ? "PASS" : "FAIL", name, cases_);
+    if (comm_->rank() == 0)
+      std::printf("%s %s (%d cases)\n", ok[0] ? "PASS" : "FAIL", name, cases_);
     std::fflush(stdout);
     ok_ = true;
     cases_ = 0;
