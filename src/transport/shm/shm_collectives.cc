@@ -151,33 +151,16 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
         "shm allreduce: the buffer overlaps this rank's shm region without "
         "being the fusion_buffer() itself (or is larger than it)");
   }
-  // Copy path, chunk by chunk. This rank's own slice never goes through its region: it is
-  // reduced from and into `buffer` directly, so only the other ranks' slices are copied in
-  // and out ((n-1)/n of the bytes each way).
-  auto* data = static_cast<char*>(buffer);
-  const std::size_t chunk = copy_chunk(es);
-  for (std::size_t off = 0; off < count; off += chunk) {
-    const std::size_t m = std::min(chunk, count - off);
-    char* src = data + off * es;
-    const Slice mine = slice(m, es, rank());
-    std::memcpy(region, src, mine.lo * es);
-    std::memcpy(region + mine.hi * es, src + mine.hi * es, (m - mine.hi) * es);
-    spans_.assign(1, OwnSpan{mine.lo, mine.hi, src + mine.lo * es, src + mine.lo * es});
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, &spans_, stage, deadline));
-    std::memcpy(src, region, mine.lo * es);
-    std::memcpy(src + mine.hi * es, region + mine.hi * es, (m - mine.hi) * es);
-  }
-  return Status::OK();
+  // Copy path (the buffer as one piece): this rank's own slice never goes through its
+  // region; it is reduced from and into `buffer` directly, so only the other ranks' slices
+  // are copied in and out ((n-1)/n of the bytes each way).
+  return copy_path({AllreducePiece{.in = buffer, .out = buffer, .count = count}}, dtype, op, stage,
+                   deadline);
 }
 
-// The copy path of allreduce_staged over pieces instead of one buffer: the chunks are
-// cut from the pieces' concatenation; the other ranks' slices are copied into the region
-// (prescaled) and out of it (postscaled, in the same pass); this rank's slice is reduced
-// from the pieces' inputs straight into their outputs and scaled there while in cache.
-Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& pieces,
-                                         DataType dtype, ReduceOp op, Deadline deadline) {
+Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                         ReduceOp op, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check("allreduce"));
-  const std::size_t es = dtype_size(dtype);
   if (size() == 1) {
     for (const auto& p : pieces) {
       scale_into(p.out, p.in, p.count, dtype, p.prescale);
@@ -185,14 +168,24 @@ Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& piec
     }
     return Status::OK();
   }
+  return copy_path(pieces, dtype, op, nullptr, deadline);
+}
+
+// The chunks are cut from the pieces' concatenation; the other ranks' slices are copied
+// into the region (prescaled) and out of it (postscaled, in the same pass); this rank's
+// slice is reduced from the pieces' inputs straight into their outputs and scaled there
+// while in cache.
+Status ShmCommunicator::copy_path(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                  ReduceOp op, const SliceStage* stage, Deadline deadline) {
+  const std::size_t es = dtype_size(dtype);
   std::vector<std::size_t> starts(pieces.size() + 1, 0);  // element offsets in the concatenation
   for (std::size_t k = 0; k < pieces.size(); ++k) starts[k + 1] = starts[k] + pieces[k].count;
   const std::size_t total = starts.back();
   // Calls fn(piece, offset in the piece, length) for the parts of [begin, end) of the
   // concatenation, in order.
   auto visit = [&](std::size_t begin, std::size_t end, auto&& fn) {
-    std::size_t k = static_cast<std::size_t>(
-        std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1);
+    std::size_t k = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), begin) -
+                                             starts.begin() - 1);
     for (std::size_t at = begin; at < end; ++k) {
       const std::size_t stop = std::min(end, starts[k + 1]);
       if (stop > at) fn(pieces[k], at - starts[k], stop - at);
@@ -222,13 +215,21 @@ Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& piec
     copy_in(off + mine.hi, off + m);
     spans_.clear();
     std::size_t lo = mine.lo;
-    visit(off + mine.lo, off + mine.hi, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
-      spans_.push_back(OwnSpan{lo, lo + len, static_cast<const char*>(p.in) + at * es,
-                               static_cast<char*>(p.out) + at * es, p.prescale, p.postscale,
-                               p.divisor});
-      lo += len;
-    });
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, &spans_, nullptr, deadline));
+    visit(off + mine.lo, off + mine.hi,
+          [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
+            spans_.push_back(OwnSpan{lo, lo + len, static_cast<const char*>(p.in) + at * es,
+                                     static_cast<char*>(p.out) + at * es, p.prescale, p.postscale,
+                                     p.divisor});
+            lo += len;
+          });
+    if (stage && spans_.empty()) {
+      // An empty own slice still runs the stage (every rank, every chunk), at its place in
+      // the single piece.
+      const std::size_t at = (off + mine.lo) * es;
+      spans_.push_back(OwnSpan{mine.lo, mine.hi, static_cast<const char*>(pieces[0].in) + at,
+                               static_cast<char*>(pieces[0].out) + at});
+    }
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, &spans_, stage, deadline));
     copy_out(off, off + mine.lo);
     copy_out(off + mine.hi, off + m);
   }

@@ -64,6 +64,11 @@ class ShmCommunicator final : public Communicator {
     std::size_t lo, hi;
   };
   Slice slice(std::size_t count, std::size_t es, int r) const;
+  // The copy path of allreduce / allreduce_staged (one piece) and allreduce_pieces: the
+  // pieces' concatenation in chunks, the other ranks' slices staged in the region, this
+  // rank's slice reduced from the inputs into the outputs. `stage` needs a single piece.
+  Status copy_path(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                   const SliceStage* stage, Deadline deadline);
   // Elements of `es` bytes per chunk of the copy paths (see kCopyChunkBudget).
   std::size_t copy_chunk(std::size_t es) const;
   // Where this rank's own slice of a chunk is read from and written to when that is not
