@@ -106,6 +106,8 @@ PY
   return 0
 }
 
+# Every configuration (PyTorch's too) calls BLAS through this one alternative; say which.
+echo "BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)" >&2
 for r in $(seq 1 "$repeat"); do round "$r"; done
 
 echo
