@@ -111,9 +111,11 @@ struct DistributedOptimizerOptions {
   std::string name_prefix = "grad.";     // tensor names are prefix + parameter name
 };
 
-// Wraps any torch::optim::Optimizer. Gradients are allreduced as each one is produced
-// during backward (overlapping communication with the rest of backward); step() waits
-// for them, writes the reduced gradients and runs the wrapped optimizer. Parameters that
+// Wraps any torch::optim::Optimizer. Gradients are allreduced in place in .grad as each
+// one is accumulated during backward (overlapping communication with the rest of
+// backward); step() waits for them and runs the wrapped optimizer. A backward pass beyond
+// backward_passes_per_step before step() is an error (it would change a .grad whose
+// allreduce is running). Parameters that
 // got no gradient in a step are reduced as zeros so ranks never diverge or hang.
 // Every rank must wrap the same named parameters. Not thread-safe.
 class DistributedOptimizer {
@@ -150,8 +152,9 @@ class DistributedOptimizer {
  private:
   struct Param;
   void ensure_hooks();
-  void on_gradient(Param& p, const torch::Tensor& incoming);
-  void submit(Param& p, torch::Tensor grad);
+  void before_accumulation(Param& p);
+  void after_accumulation(Param& p);
+  void submit(Param& p, torch::Tensor& grad);
 
   torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;

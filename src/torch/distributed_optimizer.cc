@@ -1,11 +1,17 @@
 // DistributedOptimizer: averages gradients across ranks while backward still runs.
 //
-// A hook on every parameter sees its gradient as autograd produces it; on the last of
-// `backward_passes_per_step` passes the hook submits the parameter's full gradient
-// (what .grad will hold) as a named allreduce and returns at once, so communication
-// overlaps the rest of backward. synchronize() reduces parameters that got no gradient
-// (as zeros, so every rank submits the same names), waits for every allreduce and writes
-// the results into .grad. Not for: broadcasting initial state (broadcast.cc).
+// Each parameter has two hooks. A tensor hook (before autograd accumulates into .grad)
+// counts backward passes and refuses a gradient that would land in a .grad whose
+// allreduce is already running. A post-hook on the parameter's gradient accumulator (after
+// accumulation) submits .grad itself, in place, as a named allreduce on the last of
+// `backward_passes_per_step` passes and returns at once, so communication overlaps the
+// rest of backward with no copy of the gradient. synchronize() reduces parameters that got
+// no gradient (as zeros, so every rank submits the same names) and waits for every
+// allreduce. Not for: broadcasting initial state (broadcast.cc).
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,11 +23,32 @@ struct DistributedOptimizer::Param {
   std::string name;
   torch::Tensor tensor;
   bool hooked = false;
-  unsigned hook = 0;
+  unsigned hook = 0;                                  // tensor hook (before accumulation)
+  std::shared_ptr<torch::autograd::Node> accumulator;  // held so the post-hook stays
+  std::uintptr_t post_hook = 0;
   int passes = 0;        // gradients seen since the last synchronize
+  bool last_pass = false;  // the pass now accumulating is the one to communicate
   bool submitted = false;
   TorchHandle handle;
 };
+
+namespace {
+
+// Runs after the gradient accumulator has added this pass's gradient into .grad.
+class AfterAccumulation : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AfterAccumulation(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+}  // namespace
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                            const NamedTensors& named_parameters,
@@ -74,7 +101,10 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
 
 DistributedOptimizer::~DistributedOptimizer() {
   for (auto& p : params_) {
-    if (p->hooked) p->tensor.remove_hook(p->hook);
+    if (p->hooked) {
+      p->tensor.remove_hook(p->hook);
+      p->accumulator->del_post_hook(p->post_hook);
+    }
     // Never leave an allreduce writing into memory we no longer track.
     if (p->submitted) {
       try {
@@ -90,21 +120,40 @@ void DistributedOptimizer::ensure_hooks() {
   for (auto& p : params_) {
     if (p->hooked || !p->tensor.requires_grad()) continue;
     Param* param = p.get();
-    p->hook = p->tensor.register_hook([this, param](const torch::Tensor& grad) { on_gradient(*param, grad); });
+    p->accumulator = torch::autograd::impl::grad_accumulator(p->tensor);
+    if (!p->accumulator) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "DistributedOptimizer: parameter '" + p->name +
+                      "' is not a leaf tensor; pass the model's own parameters");
+    }
+    p->hook = p->tensor.register_hook([this, param](const torch::Tensor&) { before_accumulation(*param); });
+    p->post_hook = p->accumulator->add_post_hook(
+        std::make_unique<AfterAccumulation>([this, param] { after_accumulation(*param); }));
     p->hooked = true;
   }
 }
 
-void DistributedOptimizer::on_gradient(Param& p, const torch::Tensor& incoming) {
-  if (p.submitted) return;  // a backward after the last pass: reduced already
-  if (++p.passes < options_.backward_passes_per_step) return;
-  // The hook runs before autograd adds `incoming` to .grad: .grad will be old + incoming.
-  torch::NoGradGuard no_grad;
-  const torch::Tensor old = p.tensor.grad();
-  submit(p, old.defined() ? old + incoming : incoming.clone());
+void DistributedOptimizer::before_accumulation(Param& p) {
+  if (p.submitted) {
+    // Accumulating now would change .grad under its running allreduce.
+    throw Error(ErrorCode::kInvalidArgument,
+                "DistributedOptimizer: parameter '" + p.name + "' got a gradient after its allreduce started: more than backward_passes_per_step = " +
+                    std::to_string(options_.backward_passes_per_step) +
+                    " backward passes before step() or synchronize(); call step() after every " +
+                    std::to_string(options_.backward_passes_per_step) +
+                    " passes or raise backward_passes_per_step");
+  }
+  p.last_pass = ++p.passes >= options_.backward_passes_per_step;
 }
 
-void DistributedOptimizer::submit(Param& p, torch::Tensor grad) {
+void DistributedOptimizer::after_accumulation(Param& p) {
+  if (!p.last_pass || p.submitted) return;
+  p.last_pass = false;
+  torch::Tensor grad = p.tensor.grad();
+  submit(p, grad);
+}
+
+void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   AllreduceOptions o;
   o.name = options_.name_prefix + p.name;
   o.op = options_.op;
@@ -115,7 +164,7 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor grad) {
   }
   // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
   o.compression = options_.compression;
-  p.handle = allreduce_async(grad, o);
+  p.handle = allreduce_async_(grad, o);
   p.submitted = true;
 }
 
@@ -124,17 +173,21 @@ void DistributedOptimizer::synchronize() {
   for (auto& p : params_) {
     if (p->submitted) continue;
     // No gradient this step (unused parameter, frozen, fewer passes): reduce what .grad
-    // holds, or zeros, so every rank submits the same names.
-    const torch::Tensor g = p->tensor.grad();
-    submit(*p, g.defined() ? g.detach().clone() : torch::zeros_like(p->tensor));
+    // holds, or zeros, so every rank submits the same names. A parameter that needs a
+    // gradient gets the zeros as its .grad; otherwise they are reduced and dropped.
+    torch::Tensor g = p->tensor.grad();
+    if (!g.defined()) {
+      g = torch::zeros_like(p->tensor);
+      if (p->tensor.requires_grad()) p->tensor.mutable_grad() = g;
+    }
+    submit(*p, g);
   }
   last_times_.clear();
   for (auto& p : params_) {
-    torch::Tensor reduced = p->handle.wait();
+    p->handle.wait();  // in place: .grad now holds the reduced gradient
     last_times_.push_back(p->handle.handle().times());
-    if (reduced.scalar_type() != p->tensor.scalar_type()) reduced = reduced.to(p->tensor.scalar_type());
-    if (p->tensor.requires_grad() || p->tensor.grad().defined()) p->tensor.mutable_grad() = reduced;
     p->submitted = false;
+    p->last_pass = false;
     p->passes = 0;
     p->handle = TorchHandle();
   }

@@ -217,6 +217,39 @@ void check_overlap() {
   expect(overlapped, "no gradient allreduce started before backward finished");
 }
 
+void check_in_place_and_extra_backward() {
+  // The reduced gradient lands in the very .grad tensor autograd accumulated (no copy),
+  // and a backward pass beyond backward_passes_per_step before step() is refused with
+  // a clear error instead of silently changing or dropping a gradient.
+  const int rank = kolo::rank();
+  Net net = make_net(5);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  DistributedOptimizer dopt(opt, net->named_parameters(), {.name_prefix = "inplace."});
+  auto [x, y] = global_batch(0, 4, 4);
+  auto loss = [&] { return torch::mse_loss(net->forward(x * (rank + 1)), y); };
+  loss().backward();
+  const void* grad_memory = net->fc1->weight.grad().data_ptr();
+  const torch::Tensor mine = net->fc1->weight.grad().clone();
+  bool refused = false;
+  try {
+    loss().backward();
+  } catch (const std::exception& e) {
+    refused = std::string(e.what()).find("more than backward_passes_per_step = 1") != std::string::npos;
+    if (!refused) throw Failure(std::string("unexpected error: ") + e.what());
+  }
+  expect(refused, "a second backward before step() was accepted");
+  dopt.synchronize();
+  expect(net->fc1->weight.grad().data_ptr() == grad_memory, "the reduced gradient is a new tensor");
+  // Every rank's gradient is its input scaled by (rank + 1) in x: check the average
+  // against the allreduce of the local gradients, computed separately.
+  const torch::Tensor expected = kolo::allreduce(mine, {.name = "inplace.expected"});
+  expect_close(net->fc1->weight.grad(), expected, 1e-12, 1e-14, "in-place average");
+  dopt.step();  // usable after the refusal: the next step runs normally
+  dopt.zero_grad();
+  loss().backward();
+  dopt.step();
+}
+
 void check_broadcasts() {
   const int rank = kolo::rank();
   Net net = make_net(100 + rank);  // different on every rank
@@ -337,6 +370,7 @@ int main() {
   run("requires_grad_changes", check_requires_grad_changes);
   run("bad_names", check_bad_names);
   run("overlap", check_overlap);
+  run("in_place_and_extra_backward", check_in_place_and_extra_backward);
   run("broadcasts", check_broadcasts);
   run("autograd", check_autograd);
   run("tensor_ops", check_tensor_ops);
