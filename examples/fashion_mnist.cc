@@ -43,9 +43,10 @@ struct Dataset {
   torch::Tensor images, labels;
 };
 
-Dataset load(const std::string& dir, const std::string& split) {
-  return {kolo::load_idx_images(dir + "/" + split + "-images-idx3-ubyte.gz"),
-          kolo::load_idx_labels(dir + "/" + split + "-labels-idx1-ubyte.gz")};
+// The whole split, on `device` (Fashion-MNIST is small enough to live there).
+Dataset load(const std::string& dir, const std::string& split, const torch::Device& device) {
+  return {kolo::load_idx_images(dir + "/" + split + "-images-idx3-ubyte.gz").to(device),
+          kolo::load_idx_labels(dir + "/" + split + "-labels-idx1-ubyte.gz").to(device)};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -87,7 +88,7 @@ double test_accuracy(Net& model, const Dataset& test) {
   model->eval();
   kolo::DistributedSampler sampler(test.labels.size(0), kolo::size(), kolo::rank(),
                                    /*shuffle=*/false, 0, /*drop_last=*/false);
-  const torch::Tensor idx = torch::tensor(sampler.indices(), torch::kInt64);
+  const torch::Tensor idx = torch::tensor(sampler.indices(), torch::kInt64).to(test.labels.device());
   std::int64_t correct = 0;
   for (const torch::Tensor& batch : idx.split(1000)) {
     const torch::Tensor pred = model->forward(test.images.index_select(0, batch)).argmax(1);
@@ -111,9 +112,10 @@ void save_checkpoint(const std::string& path, Net& model, torch::optim::Optimize
 }
 
 // Restores the model and optimizer from `path`; returns the number of epochs it had done.
-int load_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& optimizer) {
+int load_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& optimizer,
+                    const torch::Device& device) {
   torch::serialize::InputArchive archive, model_archive, optimizer_archive;
-  archive.load_from(path);
+  archive.load_from(path, device);  // saved from whichever device the writer trained on
   archive.read("model", model_archive);
   archive.read("optimizer", optimizer_archive);
   model->load(model_archive);
@@ -129,8 +131,13 @@ int train(const Flags& flags) {
   torch::manual_seed(flags.seed);  // same initial weights everywhere (broadcast below anyway)
   torch::set_num_threads(flags.threads);
 
-  const Dataset train_set = load(flags.data, "train"), test_set = load(flags.data, "t10k");
+  // cuda:<local_rank> where CUDA devices exist (several workers may share one: kolo stages
+  // their tensors through host memory), else the CPU.
+  const torch::Device device = kolo::device();
+  if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
+  const Dataset train_set = load(flags.data, "train", device), test_set = load(flags.data, "t10k", device);
   Net model;
+  model->to(device);
   const double lr = 1e-3 * size;
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(lr));
   kolo::DistributedOptimizer optimizer(adam, model->named_parameters());
@@ -138,7 +145,7 @@ int train(const Flags& flags) {
   // Rank 0 restores the checkpoint; the broadcasts below hand it to everyone.
   int start_epoch = 0;
   if (flags.resume && rank == 0 && std::filesystem::exists(flags.checkpoint)) {
-    start_epoch = load_checkpoint(flags.checkpoint, model, adam);
+    start_epoch = load_checkpoint(flags.checkpoint, model, adam, device);
   }
   start_epoch = static_cast<int>(
       kolo::broadcast_object(torch::IValue(std::int64_t{start_epoch}), 0, "start_epoch").toInt());
@@ -159,7 +166,7 @@ int train(const Flags& flags) {
   int epochs_run = 0;
   for (int epoch = start_epoch; epoch < flags.epochs; ++epoch) {
     sampler.set_epoch(epoch);
-    const torch::Tensor order = torch::tensor(sampler.indices(), torch::kInt64);
+    const torch::Tensor order = torch::tensor(sampler.indices(), torch::kInt64).to(device);
     // Every rank's shard has the same size (drop_last), so ranks run the same step count.
     std::int64_t steps = (order.size(0) + flags.batch_size - 1) / flags.batch_size;
     if (flags.max_steps > 0) steps = std::min(steps, flags.max_steps);

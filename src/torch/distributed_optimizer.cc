@@ -81,6 +81,13 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                   "DistributedOptimizer: parameters '" + item.key() + "' and '" + it->second +
                       "' are the same tensor; name each parameter once");
     }
+    if (!item.value().is_leaf()) {
+      // Only leaves have a gradient accumulator to hook (checked before any hook exists).
+      throw Error(ErrorCode::kInvalidArgument,
+                  "DistributedOptimizer: parameter '" + item.key() +
+                      "' is not a leaf tensor (it was computed from other tensors); pass the "
+                      "model's own parameters");
+    }
     auto p = std::make_unique<Param>();
     p->name = item.key();
     p->tensor = item.value();
@@ -120,12 +127,7 @@ void DistributedOptimizer::ensure_hooks() {
   for (auto& p : params_) {
     if (p->hooked || !p->tensor.requires_grad()) continue;
     Param* param = p.get();
-    p->accumulator = torch::autograd::impl::grad_accumulator(p->tensor);
-    if (!p->accumulator) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "DistributedOptimizer: parameter '" + p->name +
-                      "' is not a leaf tensor; pass the model's own parameters");
-    }
+    p->accumulator = torch::autograd::impl::grad_accumulator(p->tensor);  // a leaf: never null
     p->hook = p->tensor.register_hook([this, param](const torch::Tensor&) { before_accumulation(*param); });
     p->post_hook = p->accumulator->add_post_hook(
         std::make_unique<AfterAccumulation>([this, param] { after_accumulation(*param); }));

@@ -28,6 +28,7 @@ void expect(bool ok, const std::string& what) {
 
 void expect_close(const torch::Tensor& a, const torch::Tensor& b, double rtol, double atol,
                   const std::string& what) {
+  if (a.device() != b.device()) return expect_close(a.cpu(), b.cpu(), rtol, atol, what);
   if (!torch::allclose(a, b, rtol, atol)) {
     std::ostringstream o;
     o << what << ": max difference " << (a - b).abs().max().item<double>();
@@ -75,10 +76,12 @@ using BeforeStep = std::function<void(int step, Net& net)>;
 
 void train_and_compare(const std::string& what, const MakeOpt& make_opt, DistributedOptimizerOptions options,
                        int steps, double rtol, double atol, bool use_extra_on_rank0 = false,
-                       const BeforeStep& before_step = nullptr) {
+                       const BeforeStep& before_step = nullptr,
+                       const torch::Device& device = torch::kCPU) {
   const int n = kolo::size(), rank = kolo::rank();
   const int per_rank = 6;
-  Net net = make_net(1), ref = make_net(1);
+  Net net = make_net(1), ref = make_net(1);  // the reference always trains on the CPU
+  net->to(device);
   auto opt = make_opt(net);
   auto ref_opt = make_opt(ref);
   options.name_prefix = what + ".";
@@ -92,7 +95,7 @@ void train_and_compare(const std::string& what, const MakeOpt& make_opt, Distrib
     }
     // Distributed: this rank's rows, split into `passes` micro-batches.
     dopt.zero_grad();
-    auto mx = x.narrow(0, rank * per_rank, per_rank), my = y.narrow(0, rank * per_rank, per_rank);
+    auto mx = x.narrow(0, rank * per_rank, per_rank).to(device), my = y.narrow(0, rank * per_rank, per_rank).to(device);
     const int micro = per_rank / passes;
     for (int p = 0; p < passes; ++p) {
       auto px = mx.narrow(0, p * micro, micro), py = my.narrow(0, p * micro, micro);
@@ -192,6 +195,14 @@ void check_bad_names() {
   empty_name.insert("", net->fc1->weight);
   torch::optim::SGD one(std::vector<torch::Tensor>{net->fc1->weight}, 0.1);
   expect_error([&] { DistributedOptimizer d(one, empty_name, {}); }, "empty name");
+  kolo::NamedTensors derived = net->named_parameters();
+  const torch::Tensor doubled = net->fc2->bias * 2;  // computed: no gradient accumulator
+  derived.insert("doubled", doubled);
+  expect_error([&] { DistributedOptimizer d(opt, derived, {}); }, "'doubled' is not a leaf tensor");
+  // None of the refused optimizers left a hook behind: a plain backward still runs.
+  auto [x, y] = global_batch(0, 1, 4);
+  torch::mse_loss(net->forward(x), y).backward();
+  expect(net->fc1->weight.grad().defined(), "backward after refused optimizers");
 }
 
 void check_overlap() {
@@ -206,13 +217,17 @@ void check_overlap() {
   torch::optim::SGD opt(model->parameters(), 0.01);
   DistributedOptimizer dopt(opt, model->named_parameters(), {.name_prefix = "overlap."});
   auto x = torch::randn({256, 512});
-  bool overlapped = false;
-  for (int attempt = 0; attempt < 5 && !overlapped; ++attempt) {
+  bool overlapped = false;  // on this rank, in any attempt so far
+  bool everywhere = false;  // on every rank: the same on all ranks, so all stop together
+  for (int attempt = 0; attempt < 5 && !everywhere; ++attempt) {
     dopt.zero_grad();
     model->forward(x).pow(2).mean().backward();
     const auto backward_end = kolo::Handle::Clock::now();
     dopt.step();
     for (const auto& t : dopt.last_times()) overlapped = overlapped || (t.started != kolo::Handle::Clock::time_point{} && t.started < backward_end);
+    everywhere = kolo::allreduce(torch::tensor({overlapped ? 1 : 0}),
+                                 {.name = "overlap.everywhere", .op = kolo::ReduceOp::kMin})
+                     .item<int>() == 1;
   }
   expect(overlapped, "no gradient allreduce started before backward finished");
 }
@@ -287,32 +302,63 @@ void check_broadcasts() {
   expect(v.toGenericDict().at("epoch").toInt() == 7, "broadcast_object IValue");
 }
 
-void check_autograd() {
+void check_autograd_on(const torch::Device& device, const std::string& prefix) {
   const int n = kolo::size(), rank = kolo::rank();
+  const auto on = torch::TensorOptions().dtype(torch::kDouble).device(device);
   // y = allreduce(x, sum); loss_r = sum(c_r * y); the total loss sum_r loss_r gives
   // dx_r = sum_k c_k, which the backward allreduce must produce.
   auto c = [](int r) { return torch::arange(4, torch::kDouble) + r; };
   torch::Tensor sum_c = torch::zeros({4}, torch::kDouble);
   for (int r = 0; r < n; ++r) sum_c += c(r);
-  auto x = torch::ones({4}, torch::kDouble).requires_grad_(true);
-  (kolo::allreduce(x, {.name = "ag.x", .op = kolo::ReduceOp::kSum}) * c(rank)).sum().backward();
+  auto x = torch::ones({4}, on).requires_grad_(true);
+  (kolo::allreduce(x, {.name = prefix + "x", .op = kolo::ReduceOp::kSum}) * c(rank).to(device)).sum().backward();
   expect_close(x.grad(), sum_c, 1e-12, 1e-12, "allreduce gradient");
   // allgather: y = concat(x_r) with rank r contributing r + 1 rows; the gradient is this
   // rank's rows of the average over ranks of d loss_k / dy (Horovod's convention).
-  auto xg = torch::ones({rank + 1, 2}, torch::kDouble).requires_grad_(true);
-  auto yg = kolo::allgather(xg, {.name = "ag.gather"});
+  auto xg = torch::ones({rank + 1, 2}, on).requires_grad_(true);
+  auto yg = kolo::allgather(xg, {.name = prefix + "gather"});
+  expect(yg.device() == device, "allgather result on the input's device");
   const int64_t rows = yg.size(0);
   auto cg = [&](int r) { return torch::arange(rows * 2, torch::kDouble).reshape({rows, 2}) * (r + 1); };
-  (yg * cg(rank)).sum().backward();
+  (yg * cg(rank).to(device)).sum().backward();
   torch::Tensor avg = torch::zeros({rows, 2}, torch::kDouble);
   for (int r = 0; r < n; ++r) avg += cg(r) / n;
   expect_close(xg.grad(), avg.narrow(0, rank * (rank + 1) / 2, rank + 1), 1e-12, 1e-12, "allgather gradient");
   // broadcast from root 0: the root's gradient is the average of the ranks' gradients,
   // the others' zero.
-  auto xb = torch::ones({3}, torch::kDouble).requires_grad_(true);
-  (kolo::broadcast(xb, {.name = "ag.bcast", .root = 0}) * (rank + 1.0)).sum().backward();
+  auto xb = torch::ones({3}, on).requires_grad_(true);
+  (kolo::broadcast(xb, {.name = prefix + "bcast", .root = 0}) * (rank + 1.0)).sum().backward();
   const double want = rank == 0 ? (n + 1) / 2.0 : 0.0;
   expect_close(xb.grad(), torch::full({3}, want, torch::kDouble), 1e-12, 1e-12, "broadcast gradient");
+}
+
+void check_autograd() { check_autograd_on(torch::kCPU, "ag."); }
+
+// CUDA tensors (host-staged): run where a CUDA device exists, e.g. scripts/gpu_check.sh.
+void check_cuda() {
+  const int n = kolo::size(), rank = kolo::rank();
+  const torch::Device device = kolo::device();
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  expect(device.is_cuda() && device.index() == kolo::local_rank() % count,
+         "kolo::device() is cuda:<local_rank % devices>, got " + device.str());
+  const auto on = torch::TensorOptions().device(device);
+  torch::Tensor avg = kolo::allreduce(torch::full({4, 3}, rank + 1.0, on), {.name = "cuda.avg"});
+  expect(avg.device() == device, "allreduce result on the input's device");
+  expect_close(avg, torch::full({4, 3}, (n + 1) / 2.0), 1e-6, 1e-6, "cuda allreduce average");
+  // In place into a non-contiguous CUDA tensor (a transposed view).
+  torch::Tensor base = torch::arange(12, on.dtype(torch::kDouble)).reshape({3, 4}) * (rank + 1);
+  torch::Tensor view = base.t();
+  kolo::allreduce_(view, {.name = "cuda.inplace", .op = kolo::ReduceOp::kSum});
+  expect_close(base, torch::arange(12, torch::kDouble).reshape({3, 4}) * (n * (n + 1) / 2), 1e-12, 1e-12,
+               "cuda in-place allreduce of a transposed view");
+  torch::Tensor b = torch::full({5}, static_cast<float>(rank), on);
+  kolo::broadcast_(b, {.name = "cuda.bcast", .root = n - 1});
+  expect(b.device() == device, "broadcast_ keeps the device");
+  expect_close(b, torch::full({5}, static_cast<float>(n - 1)), 0, 0, "cuda broadcast_");
+  check_autograd_on(device, "cuda.ag.");
+  // DistributedOptimizer with the model on the GPU against the CPU reference.
+  train_and_compare("cuda_sgd", sgd(), {}, 3, 1e-9, 1e-11, false, nullptr, device);
+  train_and_compare("cuda_adam", adam(), {}, 3, 1e-9, 1e-11, false, nullptr, device);
 }
 
 void check_tensor_ops() {
@@ -374,6 +420,11 @@ int main() {
   run("broadcasts", check_broadcasts);
   run("autograd", check_autograd);
   run("tensor_ops", check_tensor_ops);
+  if (torch::cuda::is_available()) {
+    run("cuda", check_cuda);
+  } else {
+    std::printf("cuda skipped: no CUDA device\n");
+  }
   kolo::shutdown();
   return g_failed ? 1 : 0;
 }

@@ -3,7 +3,8 @@
 // An InprocWorld is shared by the ranks; each rank's thread uses its own communicator
 // (world.communicator(r)). Collectives meet at a barrier, read each other's buffers
 // directly and meet again before returning, so results are deterministic. Fault
-// injection: kill(r) makes rank r's calls fail at once while the others wait until
+// injection: kill(r) makes rank r's next calls fail at once (a call already under way
+// finishes, since the others may be reading its buffers) while the others wait until
 // their deadline and then fail naming r, as with a real dead process.
 // Not for: performance; every rank computes full reductions.
 #pragma once
@@ -41,7 +42,7 @@ class InprocWorld {
   };
   // Publishes rank's slot, waits for every rank, runs `read` (which may read every
   // slot), waits again so slots stay valid while others read. Fails on deadline naming
-  // the ranks that did not arrive, or at once if this rank was killed.
+  // the ranks that did not arrive, or at once if this rank was killed before the call.
   template <typename Read>
   Status exchange(int rank, const Slot& mine, Deadline deadline, Read&& read) {
     KOLO_RETURN_IF_ERROR(arrive(rank, mine, deadline));

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 3's CUDA check, in one call on a machine with a GPU and a current PyTorch (the
+# device machine of /work/.library/device): builds the libtorch adapter against that
+# PyTorch's libtorch and runs the adapter's checks on CUDA tensors, then the example.
+#
+#   scripts/gpu_check.sh --prepare     # here, first: header-only dependencies the GPU
+#                                      # image may lack -> build-gpu-deps/ (git-ignored)
+#   scripts/gpu_check.sh OUT_DIR       # there: device run, carry ["build-gpu-deps"],
+#                                      # command "scripts/gpu_check.sh $OUT"
+#
+# Every step has a time bound and writes OUT_DIR/<step>.log; OUT_DIR/summary.txt has one
+# line per step (ok / FAILED / skipped) and the script exits non-zero if any failed.
+# Steps: configure (tests off: no GoogleTest needed), build, torch_worker on 1 rank and on
+# 2 ranks sharing the one GPU (kolo stages CUDA tensors through host memory, so no NCCL),
+# fashion_mnist --epochs 1 on 1 and 2 ranks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deps=$PWD/build-gpu-deps
+
+if [ "${1:-}" = "--prepare" ]; then
+  rm -rf "$deps" && mkdir -p "$deps/include"
+  for h in /usr/include/zlib.h /usr/include/zconf.h /usr/include/nlohmann /usr/include/CLI; do
+    [ -e "$h" ] || { echo "missing $h: run scripts/setup.sh first" >&2; exit 1; }
+    cp -r "$h" "$deps/include/"
+  done
+  # The GPU image has no Debian dataset package: Fashion-MNIST travels too (~31 MB).
+  mkdir -p "$deps/fashion-mnist"
+  cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$deps/fashion-mnist/"
+  du -sh "$deps"
+  exit 0
+fi
+
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR | --prepare}
+mkdir -p "$out"
+summary=$out/summary.txt
+: >"$summary"
+failed=0
+# step NAME SECONDS COMMAND...: runs it with a bound, logs it, records the outcome.
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "$name ok ($((SECONDS - t0)) s)" | tee -a "$summary"
+  else
+    failed=1
+    echo "$name FAILED rc=$rc ($((SECONDS - t0)) s); last lines:" | tee -a "$summary"
+    tail -15 "$out/$name.log" | tee -a "$summary"
+  fi
+  return $rc
+}
+
+{
+  echo "host: $(hostname), $(nproc) cores"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1
+  echo "cmake: $(cmake --version 2>&1 | head -1); g++: $(g++ --version 2>&1 | head -1); mpirun: $(mpirun --version 2>&1 | head -1)"
+} | tee -a "$summary"
+
+prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_BUILD_TESTS=OFF "-DCMAKE_PREFIX_PATH=$prefix")
+[ -d "$deps/include" ] && args+=("-DCMAKE_INCLUDE_PATH=$deps/include")
+# zlib: the headers may only be in build-gpu-deps; the library is in every image.
+if [ ! -e /usr/include/zlib.h ] && [ -e "$deps/include/zlib.h" ]; then
+  libz=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
+  args+=("-DZLIB_INCLUDE_DIR=$deps/include" "-DZLIB_LIBRARY=$libz")
+fi
+build=build-gpu
+step configure 300 cmake -S . -B "$build" "${args[@]}" || { cat "$summary"; exit 1; }
+step build 420 cmake --build "$build" -j"$(nproc)" --target kolo_torch_worker fashion_mnist kolorun ||
+  { cat "$summary"; exit 1; }
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export KOLO_PEER_TIMEOUT_SECONDS=60 KOLO_STALL_CHECK_SECONDS=10 KOLO_STALL_SHUTDOWN_SECONDS=30
+bin=$build/bin
+# torch_worker prints "<check> OK" / "<check> FAILED: why"; its exit status counts failures.
+step worker_np1 180 "$bin/kolo_torch_worker"
+step worker_np2 240 "$bin/kolorun" -np 2 "$bin/kolo_torch_worker"
+grep -h "cuda" "$out"/worker_np*.log | sort | uniq -c | tee -a "$summary"
+data=/usr/share/datasets/fashion-mnist
+[ -f "$data/train-images-idx3-ubyte.gz" ] || data=$deps/fashion-mnist
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  step mnist_np1 300 "$bin/fashion_mnist" --epochs 1 --data "$data" --no-progress \
+    --summary-json "$out/np1.json"
+  step mnist_np2 300 "$bin/kolorun" -np 2 "$bin/fashion_mnist" --epochs 1 --data "$data" \
+    --no-progress --summary-json "$out/np2.json"
+  cat "$out"/np*.json 2>/dev/null | tee -a "$summary"
+else
+  echo "mnist skipped: no Fashion-MNIST here (scripts/gpu_check.sh --prepare copies it)" | tee -a "$summary"
+fi
+exit $failed
