@@ -66,6 +66,10 @@ if [ ! -e /usr/include/zlib.h ] && [ -e "$deps/include/zlib.h" ]; then
   libz=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
   args+=("-DZLIB_INCLUDE_DIR=$deps/include" "-DZLIB_LIBRARY=$libz")
 fi
+# Extra configure arguments, e.g. to try the script on a machine without a GPU:
+# KOLO_GPU_CHECK_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON"
+read -r -a extra <<<"${KOLO_GPU_CHECK_CMAKE_ARGS:-}"
+args+=("${extra[@]}")
 build=build-gpu
 step configure 300 cmake -S . -B "$build" "${args[@]}" || { cat "$summary"; exit 1; }
 step build 420 cmake --build "$build" -j"$(nproc)" --target kolo_torch_worker fashion_mnist kolorun ||
