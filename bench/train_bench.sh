@@ -6,8 +6,8 @@
 #   plain   plain libtorch, 1 process, no kolo              (build/bin/plain_fashion_mnist)
 #   kolo1   fashion_mnist, 1 worker, no launcher             (kolo's local transport)
 #   ddp1    PyTorch DDP (Gloo), 1 worker                     (bench/ddp_fashion_mnist.py)
-#   kolo2   kolorun -np 2 fashion_mnist                      (MPI transport)
 #   ddp2    PyTorch DDP (Gloo), 2 workers
+#   kolo2   kolorun -np 2 fashion_mnist                      (shared-memory transport)
 #   indep2  two independent 1-worker fashion_mnist runs started together
 #           (KOLO_TRANSPORT=local): the most 2 workers can get from this machine
 #
@@ -73,10 +73,12 @@ round() {
     --summary-json "$work/kolo1.json"
   wants ddp1 && run ddp1 "$py" bench/ddp_fashion_mnist.py --workers 1 --max-steps "$max_steps" \
     --warmup-steps "$warmup" --batch-size "$batch" --data "$data" --summary-json "$work/ddp1.json"
-  wants kolo2 && run kolo2 "$bin/kolorun" -np 2 "$bin/fashion_mnist" "${common[@]}" --no-progress \
-    --summary-json "$work/kolo2.json"
+  # kolo2 runs between its two peers, so that the machine's drift over a round (often
+  # 10-15% here) weighs least on the ratios: plain | kolo1, ddp2 | kolo2 | indep2.
   wants ddp2 && run ddp2 "$py" bench/ddp_fashion_mnist.py --workers 2 --max-steps "$max_steps" \
     --warmup-steps "$warmup" --batch-size "$batch" --data "$data" --summary-json "$work/ddp2.json"
+  wants kolo2 && run kolo2 "$bin/kolorun" -np 2 "$bin/fashion_mnist" "${common[@]}" --no-progress \
+    --summary-json "$work/kolo2.json"
   if wants indep2; then
     printf '  %-7s ' indep2 >&2
     local t0=$SECONDS
