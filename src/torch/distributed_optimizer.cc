@@ -28,7 +28,8 @@ struct DistributedOptimizer::Param {
   std::uintptr_t post_hook = 0;
   int passes = 0;        // gradients seen since the last synchronize
   bool last_pass = false;  // the pass now accumulating is the one to communicate
-  bool submitted = false;
+  bool submitted = false;      // this step's gradient is final (and reduced or reducing)
+  bool communicating = false;  // `handle` is an allreduce in flight
   TorchHandle handle;
 };
 
@@ -113,7 +114,7 @@ DistributedOptimizer::~DistributedOptimizer() {
       p->accumulator->del_post_hook(p->post_hook);
     }
     // Never leave an allreduce writing into memory we no longer track.
-    if (p->submitted) {
+    if (p->communicating) {
       try {
         p->handle.wait();
       } catch (const std::exception&) {
@@ -156,6 +157,11 @@ void DistributedOptimizer::after_accumulation(Param& p) {
 }
 
 void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
+  p.submitted = true;
+  // One worker: .grad already is the average (or sum), so there is nothing to send, as
+  // Horovod's optimizer registers no hooks at size 1. Compression still runs (its rounding
+  // is part of what the user asked for).
+  if (size() == 1 && options_.compression == Compression::kNone) return;
   AllreduceOptions o;
   o.name = options_.name_prefix + p.name;
   o.op = options_.op;
@@ -167,7 +173,7 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
   o.compression = options_.compression;
   p.handle = allreduce_async_(grad, o);
-  p.submitted = true;
+  p.communicating = true;
 }
 
 void DistributedOptimizer::synchronize() {
@@ -186,8 +192,11 @@ void DistributedOptimizer::synchronize() {
   }
   last_times_.clear();
   for (auto& p : params_) {
-    p->handle.wait();  // in place: .grad now holds the reduced gradient
-    last_times_.push_back(p->handle.handle().times());
+    if (p->communicating) {
+      p->handle.wait();  // in place: .grad now holds the reduced gradient
+      last_times_.push_back(p->handle.handle().times());
+    }
+    p->communicating = false;
     p->submitted = false;
     p->last_pass = false;
     p->passes = 0;
