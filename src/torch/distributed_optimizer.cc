@@ -26,8 +26,7 @@ struct DistributedOptimizer::Param {
   unsigned hook = 0;                                  // tensor hook (before accumulation)
   std::shared_ptr<torch::autograd::Node> accumulator;  // held so the post-hook stays
   std::uintptr_t post_hook = 0;
-  int passes = 0;        // gradients seen since the last synchronize
-  bool last_pass = false;  // the pass now accumulating is the one to communicate
+  int passes = 0;              // gradients seen since the last synchronize
   bool submitted = false;      // this step's gradient is final (and reduced or reducing)
   bool communicating = false;  // `handle` is an allreduce in flight
   TorchHandle handle;
@@ -146,12 +145,13 @@ void DistributedOptimizer::before_accumulation(Param& p) {
                     std::to_string(options_.backward_passes_per_step) +
                     " passes or raise backward_passes_per_step");
   }
-  p.last_pass = ++p.passes >= options_.backward_passes_per_step;
+  ++p.passes;
 }
 
 void DistributedOptimizer::after_accumulation(Param& p) {
-  if (!p.last_pass || p.submitted) return;
-  p.last_pass = false;
+  // The pass that just accumulated was the last one of this step (a later one is refused
+  // before it accumulates, so this runs at most once per step with `submitted` false).
+  if (p.submitted || p.passes < options_.backward_passes_per_step) return;
   torch::Tensor grad = p.tensor.grad();
   submit(p, grad);
 }
@@ -198,7 +198,6 @@ void DistributedOptimizer::synchronize() {
     }
     p->communicating = false;
     p->submitted = false;
-    p->last_pass = false;
     p->passes = 0;
     p->handle = TorchHandle();
   }
