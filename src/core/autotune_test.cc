@@ -36,6 +36,16 @@ std::vector<Tunables> drive(Autotuner& tuner, double (*rate)(const Tunables&) = 
   return changes;
 }
 
+// The small grids of the tests below: one warm-up sample, two cycles per sample.
+AutotuneOptions small_search(std::vector<std::int64_t> thresholds, std::vector<double> cycle_times_ms) {
+  AutotuneOptions o;
+  o.warmup_samples = 1;
+  o.cycles_per_sample = 2;
+  o.fusion_thresholds = std::move(thresholds);
+  o.cycle_times_ms = std::move(cycle_times_ms);
+  return o;
+}
+
 TEST(AutotuneTest, SearchesThresholdsThenCycleTimesAndSettlesOnTheBest) {
   AutotuneOptions o;
   o.warmup_samples = 2;
@@ -73,11 +83,7 @@ TEST(AutotuneTest, SearchesThresholdsThenCycleTimesAndSettlesOnTheBest) {
 // measured with the other one, and the tuner keeps whichever scored higher.
 TEST(AutotuneTest, TriesTheOtherAllreduceAlgorithmWhenTheTransportOffersIt) {
   for (bool flat_is_faster : {true, false}) {
-    AutotuneOptions o;
-    o.warmup_samples = 1;
-    o.cycles_per_sample = 2;
-    o.fusion_thresholds = {1 * kMiB, 4 * kMiB};
-    o.cycle_times_ms = {0.0, 1.0};
+    AutotuneOptions o = small_search({1 * kMiB, 4 * kMiB}, {0.0, 1.0});
     o.tune_hierarchical = true;
     Autotuner tuner(
         Tunables{.fusion_threshold_bytes = 1 * kMiB, .cycle_time_ms = 0.0, .hierarchical = true},
@@ -97,13 +103,9 @@ TEST(AutotuneTest, TriesTheOtherAllreduceAlgorithmWhenTheTransportOffersIt) {
                                          .hierarchical = !flat_is_faster}));
   }
   // Without the option the flag is never touched.
-  AutotuneOptions o;
-  o.warmup_samples = 1;
-  o.cycles_per_sample = 2;
-  o.fusion_thresholds = {1 * kMiB};
-  o.cycle_times_ms = {0.0};
   Autotuner tuner(
-      Tunables{.fusion_threshold_bytes = 1 * kMiB, .cycle_time_ms = 0.0, .hierarchical = true}, o);
+      Tunables{.fusion_threshold_bytes = 1 * kMiB, .cycle_time_ms = 0.0, .hierarchical = true},
+      small_search({1 * kMiB}, {0.0}));
   drive(tuner);
   for (const auto& sample : tuner.samples()) EXPECT_TRUE(sample.tunables.hierarchical);
 }
@@ -121,11 +123,7 @@ TEST(AutotuneTest, LogHasOneLinePerSampleAndTheSettledChoice) {
   const std::string path =
       ::testing::TempDir() + "kolo_autotune_" + std::to_string(::getpid()) + ".csv";
   {
-    AutotuneOptions o;
-    o.warmup_samples = 1;
-    o.cycles_per_sample = 2;
-    o.fusion_thresholds = {1 * kMiB, 4 * kMiB};
-    o.cycle_times_ms = {0.0, 1.0};
+    AutotuneOptions o = small_search({1 * kMiB, 4 * kMiB}, {0.0, 1.0});
     o.log_path = path;
     Autotuner tuner(
         Tunables{.fusion_threshold_bytes = 4 * kMiB, .cycle_time_ms = 0.0, .hierarchical = false},
