@@ -1,6 +1,7 @@
 // On-demand negotiation cycles (KOLO_CYCLE_ON_DEMAND, transports with a CycleBell): idle
 // ranks do not cycle, a rank waiting for a late one sleeps (with a 100 ms heartbeat), and
 // every rank runs the same cycles. Timer-driven cycling is the contrast.
+#include <barrier>
 #include <chrono>
 #include <thread>
 
@@ -33,7 +34,11 @@ float sum_of_ranks(Runtime& rt, int rank, const std::string& name) {
 
 TEST(CycleTest, IdleRanksDoNotCycleOnDemandButDoOnATimer) {
   for (bool on_demand : {true, false}) {
-    run_ranks(2, with_on_demand(on_demand), [on_demand](int rank, Runtime& rt) {
+    // No rank submits "after" before every rank has read its count: a rank's "after" asks
+    // for a cycle that every rank runs, and ranks' 300 ms windows end up to a few hundred
+    // microseconds apart, so it would land in a window still open.
+    std::barrier counted(2);
+    run_ranks(2, with_on_demand(on_demand), [on_demand, &counted](int rank, Runtime& rt) {
       EXPECT_EQ(rt.cycles_on_demand(), on_demand);
       EXPECT_EQ(sum_of_ranks(rt, rank, "warm"), 3.0f);
       // The handle completes inside the cycle; the count moves when the cycle ends.
@@ -47,6 +52,7 @@ TEST(CycleTest, IdleRanksDoNotCycleOnDemandButDoOnATimer) {
         // Backing off to one cycle per 8 ms: ~37 in 300 ms.
         EXPECT_GE(idle_cycles, 10u) << "rank " << rank;
       }
+      counted.arrive_and_wait();
       EXPECT_EQ(sum_of_ranks(rt, rank, "after"), 3.0f);
     });
   }

@@ -238,13 +238,18 @@ void check_in_place_and_extra_backward() {
   // a clear error instead of silently changing or dropping a gradient.
   const int rank = kolo::rank();
   Net net = make_net(5);
-  torch::optim::SGD opt(net->parameters(), 0.1);
-  DistributedOptimizer dopt(opt, net->named_parameters(), {.name_prefix = "inplace."});
   auto [x, y] = global_batch(0, 4, 4);
   auto loss = [&] { return torch::mse_loss(net->forward(x * (rank + 1)), y); };
+  // This rank's own gradient, taken before the optimizer hooks the parameters: once they
+  // are hooked, .grad is reduced in place in the background as soon as backward
+  // accumulates it, so a copy taken afterwards could already be (partly) averaged.
+  loss().backward();
+  const torch::Tensor mine = net->fc1->weight.grad().clone();
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  DistributedOptimizer dopt(opt, net->named_parameters(), {.name_prefix = "inplace."});
   loss().backward();
   const void* grad_memory = net->fc1->weight.grad().data_ptr();
-  const torch::Tensor mine = net->fc1->weight.grad().clone();
   bool refused = false;
   try {
     loss().backward();
