@@ -48,10 +48,11 @@ int main(int argc, char** argv) {
     cpu_ns += v.first - (it == before.end() ? 0 : it->second.first);
     slices += v.second - (it == before.end() ? 0 : it->second.second);
   }
-  std::printf("rank %d of %d: idle %.1f s: background threads used %.3f s of CPU (%.2f%% of a core), "
-              "scheduled %ld times (%.0f/s)\n",
-              kolo::rank(), kolo::size(), seconds, cpu_ns / 1e9, 100 * cpu_ns / 1e9 / seconds, slices,
-              slices / seconds);
+  std::printf(
+      "rank %d of %d: idle %.1f s: background threads used %.3f s of CPU (%.2f%% of a core), "
+      "scheduled %ld times (%.0f/s)\n",
+      kolo::rank(), kolo::size(), seconds, cpu_ns / 1e9, 100 * cpu_ns / 1e9 / seconds, slices,
+      slices / seconds);
   std::fflush(stdout);
   kolo::barrier();
   kolo::shutdown();

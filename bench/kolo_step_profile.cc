@@ -39,14 +39,21 @@ int main(int argc, char** argv) {
   bool lockstep_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--max-steps") max_steps = std::stoll(v);
-    else if (a == "--batch-size") batch_size = std::stoll(v);
-    else if (a == "--skip") skip = std::stoll(v);
-    else if (a == "--data") data = v;
-    else if (a == "--timeline") timeline = v;
-    else if (a == "--lockstep-only") lockstep_only = v == "1";
+    if (a == "--max-steps")
+      max_steps = std::stoll(v);
+    else if (a == "--batch-size")
+      batch_size = std::stoll(v);
+    else if (a == "--skip")
+      skip = std::stoll(v);
+    else if (a == "--data")
+      data = v;
+    else if (a == "--timeline")
+      timeline = v;
+    else if (a == "--lockstep-only")
+      lockstep_only = v == "1";
     else {
-      std::fprintf(stderr, "usage: %s [--max-steps N] [--batch-size N] [--skip N] [--data DIR] "
+      std::fprintf(stderr,
+                   "usage: %s [--max-steps N] [--batch-size N] [--skip N] [--data DIR] "
                    "[--timeline PREFIX] [--lockstep-only 1]\n",
                    argv[0]);
       return 2;
@@ -123,7 +130,8 @@ int main(int argc, char** argv) {
     const auto t4 = Clock::now();
     (void)loss.item<double>();
     const auto t5 = Clock::now();
-    const auto times = distributed ? distributed->last_times() : decltype(distributed->last_times()){};
+    const auto times =
+        distributed ? distributed->last_times() : decltype(distributed->last_times()){};
     if (csv.is_open()) {
       csv << step << "," << ns(t0) << "," << ns(t1) << "," << ns(t2) << "," << ns(t3) << ","
           << ns(t4) << "," << ns(t5);
@@ -146,8 +154,7 @@ int main(int argc, char** argv) {
       after_backward[i] += ms(times[i].finished - t2);
     }
   }
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - measured_start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - measured_start).count();
   const double n = static_cast<double>(std::max<std::int64_t>(counted, 1));
   std::string out = "rank " + std::to_string(rank) + " of " + std::to_string(size) + ": " +
                     std::to_string(counted) + " steps, " +

@@ -56,14 +56,22 @@ int main(int argc, char** argv) {
     if (a == "--no-progress") continue;  // accepted for symmetry with fashion_mnist
     if (i + 1 >= argc) return usage(argv[0]);
     const std::string v = argv[++i];
-    if (a == "--epochs") flags.epochs = std::stoi(v);
-    else if (a == "--batch-size") flags.batch_size = std::stoll(v);
-    else if (a == "--data") flags.data = v;
-    else if (a == "--threads") flags.threads = std::stoi(v);
-    else if (a == "--max-steps") flags.max_steps = std::stoll(v);
-    else if (a == "--seed") flags.seed = std::stoull(v);
-    else if (a == "--summary-json") flags.summary_json = v;
-    else return usage(argv[0]);
+    if (a == "--epochs")
+      flags.epochs = std::stoi(v);
+    else if (a == "--batch-size")
+      flags.batch_size = std::stoll(v);
+    else if (a == "--data")
+      flags.data = v;
+    else if (a == "--threads")
+      flags.threads = std::stoi(v);
+    else if (a == "--max-steps")
+      flags.max_steps = std::stoll(v);
+    else if (a == "--seed")
+      flags.seed = std::stoull(v);
+    else if (a == "--summary-json")
+      flags.summary_json = v;
+    else
+      return usage(argv[0]);
   }
   if (flags.batch_size < 1 || flags.threads < 1 || flags.epochs < 1) return usage(argv[0]);
 
@@ -97,8 +105,9 @@ int main(int argc, char** argv) {
         const torch::Tensor batch =
             order.slice(0, step * flags.batch_size, (step + 1) * flags.batch_size);
         adam.zero_grad();
-        const torch::Tensor loss = torch::nll_loss(
-            model->forward(train_images.index_select(0, batch)), train_labels.index_select(0, batch));
+        const torch::Tensor loss =
+            torch::nll_loss(model->forward(train_images.index_select(0, batch)),
+                            train_labels.index_select(0, batch));
         loss.backward();
         adam.step();
         loss_sum += loss.item<double>();
@@ -121,8 +130,8 @@ int main(int argc, char** argv) {
         model->train();
         accuracy = static_cast<double>(correct) / static_cast<double>(test_labels.size(0));
       }
-      std::printf("epoch %d/%d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n",
-                  epoch + 1, flags.epochs, mean_loss, accuracy, images_per_sec);
+      std::printf("epoch %d/%d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n", epoch + 1,
+                  flags.epochs, mean_loss, accuracy, images_per_sec);
       std::fflush(stdout);
     }
     if (!flags.summary_json.empty()) {

@@ -36,14 +36,17 @@ int main() {
 
     // Uneven data: worker r has r + 1 samples; allgather concatenates them in rank order.
     std::vector<std::int32_t> samples(rank + 1, rank);
-    kolo::Tensor all = kolo::allgather(view_of(samples, kolo::DataType::kInt32), {.name = "samples"});
+    kolo::Tensor all =
+        kolo::allgather(view_of(samples, kolo::DataType::kInt32), {.name = "samples"});
 
     const float want = (size + 1) / 2.0f;
     const bool ok = grad.front() == want && grad.back() == want && params[7] == 3.14 &&
                     all.numel() == static_cast<std::int64_t>(size) * (size + 1) / 2;
     if (rank == 0) {
-      std::printf("average gradient %.3f (expected %.3f), broadcast parameter %.2f, %lld samples gathered\n",
-                  grad.front(), want, params[7], static_cast<long long>(all.numel()));
+      std::printf(
+          "average gradient %.3f (expected %.3f), broadcast parameter %.2f, %lld samples "
+          "gathered\n",
+          grad.front(), want, params[7], static_cast<long long>(all.numel()));
     }
     kolo::barrier();
     kolo::shutdown();

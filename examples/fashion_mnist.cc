@@ -88,7 +88,8 @@ double test_accuracy(Net& model, const Dataset& test) {
   model->eval();
   kolo::DistributedSampler sampler(test.labels.size(0), kolo::size(), kolo::rank(),
                                    /*shuffle=*/false, 0, /*drop_last=*/false);
-  const torch::Tensor idx = torch::tensor(sampler.indices(), torch::kInt64).to(test.labels.device());
+  const torch::Tensor idx =
+      torch::tensor(sampler.indices(), torch::kInt64).to(test.labels.device());
   std::int64_t correct = 0;
   for (const torch::Tensor& batch : idx.split(1000)) {
     const torch::Tensor pred = model->forward(test.images.index_select(0, batch)).argmax(1);
@@ -135,7 +136,8 @@ int train(const Flags& flags) {
   // their tensors through host memory), else the CPU.
   const torch::Device device = kolo::device();
   if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
-  const Dataset train_set = load(flags.data, "train", device), test_set = load(flags.data, "t10k", device);
+  const Dataset train_set = load(flags.data, "train", device),
+                test_set = load(flags.data, "t10k", device);
   Net model;
   model->to(device);
   const double lr = 1e-3 * size;

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential cmake libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev zlib1g-dev
-          libtorch-dev libopenblas0-openmp dataset-fashion-mnist)
+          libtorch-dev libopenblas0-openmp dataset-fashion-mnist clang-format)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -56,10 +56,10 @@ class Handle {
   std::string error_message() const;
 
   // Results (valid after successful completion).
-  const Tensor& output() const;                         // allgather, alltoall, reducescatter
-  Tensor& mutable_output();                             // to move the result out
+  const Tensor& output() const;                              // allgather, alltoall, reducescatter
+  Tensor& mutable_output();                                  // to move the result out
   const std::vector<std::int64_t>& received_splits() const;  // alltoall: rows from each rank
-  int last_joined_rank() const;                         // join
+  int last_joined_rank() const;                              // join
   Times times() const;
 
   // Keeps `owner` alive as long as the operation may use memory it owns: until the
@@ -78,13 +78,13 @@ struct HandleState {
   std::string name;
   mutable std::mutex mu;
   std::condition_variable cv;
-  bool done = false;                  // guarded by mu
-  ErrorCode code = ErrorCode::kOk;    // guarded by mu
-  std::string message;                // guarded by mu
-  Tensor output;                      // written before complete(), read after
+  bool done = false;                // guarded by mu
+  ErrorCode code = ErrorCode::kOk;  // guarded by mu
+  std::string message;              // guarded by mu
+  Tensor output;                    // written before complete(), read after
   std::vector<std::int64_t> received_splits;
   int last_joined_rank = -1;
-  Handle::Times times;                // guarded by mu
+  Handle::Times times;  // guarded by mu
   // Memory the operation reads or writes, owned by an adapter: released with the last
   // reference to this state (after completion), so a caller may drop its Handle early.
   std::shared_ptr<void> keep_alive;

@@ -98,17 +98,19 @@ std::string broadcast_object(const std::string& bytes, int root = 0, const std::
 // Every rank's bytes, in rank order.
 std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name = "");
 // Values libtorch can serialise (tensors, numbers, strings, lists, dicts of those).
-torch::IValue broadcast_object(const torch::IValue& value, int root = 0, const std::string& name = "");
-std::vector<torch::IValue> allgather_object(const torch::IValue& value, const std::string& name = "");
+torch::IValue broadcast_object(const torch::IValue& value, int root = 0,
+                               const std::string& name = "");
+std::vector<torch::IValue> allgather_object(const torch::IValue& value,
+                                            const std::string& name = "");
 
 // --- DistributedOptimizer -------------------------------------------------------------------
 
 struct DistributedOptimizerOptions {
-  ReduceOp op = ReduceOp::kAverage;      // kAverage or kSum across ranks
-  int backward_passes_per_step = 1;      // local accumulation: communicate on the last pass
+  ReduceOp op = ReduceOp::kAverage;              // kAverage or kSum across ranks
+  int backward_passes_per_step = 1;              // local accumulation: communicate on the last pass
   Compression compression = Compression::kNone;  // wire format of gradients
   double gradient_predivide_factor = 1.0;  // with kAverage: divide by f before, by size/f after
-  std::string name_prefix = "grad.";     // tensor names are prefix + parameter name
+  std::string name_prefix = "grad.";       // tensor names are prefix + parameter name
 };
 
 // Wraps any torch::optim::Optimizer. Gradients are allreduced in place in .grad as each

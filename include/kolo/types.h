@@ -56,7 +56,7 @@ enum class Compression : std::uint8_t { kNone, kFP16, kBF16 };
 struct TensorView {
   void* data = nullptr;
   DataType dtype = DataType::kFloat32;
-  std::vector<std::int64_t> shape;  // empty = scalar (0-d, one element)
+  std::vector<std::int64_t> shape;       // empty = scalar (0-d, one element)
   DeviceKind device = DeviceKind::kCPU;  // the caller's tensor's device (compared between ranks)
   int device_index = 0;                  // CUDA ordinal; ignored for CPU
   // True when `data` is a host copy of a tensor on `device` (adapters stage CUDA tensors

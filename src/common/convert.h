@@ -18,7 +18,8 @@ namespace kolo {
 bool can_convert(DataType from, DataType to);
 
 // dst[i] = to(src[i] * factor / divisor) for i < count. Same dtype: scale_into()
-// (a plain copy when factor/divisor are 1). Non-finite values pass through; float16 overflows to inf.
+// (a plain copy when factor/divisor are 1). Non-finite values pass through; float16 overflows to
+// inf.
 void convert_scaled(const void* src, DataType from, void* dst, DataType to, std::size_t count,
                     double factor = 1.0, double divisor = 1.0);
 

@@ -42,7 +42,7 @@ class Line {
 
 }  // namespace kolo::log
 
-#define KOLO_LOG(level, subsystem)                       \
-  if (!::kolo::log::enabled(::kolo::log::level)) {       \
-  } else                                                 \
+#define KOLO_LOG(level, subsystem)                 \
+  if (!::kolo::log::enabled(::kolo::log::level)) { \
+  } else                                           \
     ::kolo::log::Line(::kolo::log::level, subsystem)

@@ -30,17 +30,23 @@ std::vector<std::uint8_t> encode(DataType dtype, const std::vector<double>& valu
 
 std::vector<double> decode(DataType dtype, const std::vector<std::uint8_t>& bytes) {
   std::vector<double> out(bytes.size() / dtype_size(dtype));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = kolo::testing::load_element(bytes.data(), dtype, i);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = kolo::testing::load_element(bytes.data(), dtype, i);
   return out;
 }
 
 double reference(ReduceOp op, double a, double b) {
   switch (op) {
-    case ReduceOp::kSum: return a + b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return a * b;
-    case ReduceOp::kAverage: break;
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kAverage:
+      break;
   }
   ADD_FAILURE() << "no reference for average";
   return 0;
@@ -69,13 +75,14 @@ TEST_P(ReduceIntoTest, MatchesDoubleReference) {
   EXPECT_EQ(got.back(), a.back()) << "element past count was written";
 }
 
-constexpr DataType kNonBool[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+constexpr DataType kNonBool[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                  DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                 DataType::kInt32,   DataType::kInt64};
+                                 DataType::kInt32,    DataType::kInt64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 INSTANTIATE_TEST_SUITE_P(AllDtypesAndOps, ReduceIntoTest,
-                         ::testing::Combine(::testing::ValuesIn(kNonBool), ::testing::ValuesIn(kOps)),
+                         ::testing::Combine(::testing::ValuesIn(kNonBool),
+                                            ::testing::ValuesIn(kOps)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_" +
                                   reduce_op_name(std::get<1>(info.param));
@@ -193,8 +200,8 @@ TEST(HalfTest, KnownBitPatterns) {
   EXPECT_EQ(float_to_half(-2.0f), 0xc000);
   EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14)), 0x0400);           // smallest normal
-  EXPECT_EQ(float_to_half(1023 * std::ldexp(1.0f, -24)), 0x03ff);    // largest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14)), 0x0400);         // smallest normal
+  EXPECT_EQ(float_to_half(1023 * std::ldexp(1.0f, -24)), 0x03ff);  // largest subnormal
   EXPECT_EQ(float_to_half(0.0f), 0x0000);
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);
   EXPECT_EQ(float_to_half(std::numeric_limits<float>::infinity()), 0x7c00);
@@ -234,7 +241,7 @@ TEST(HalfTest, NanStaysNanAndOverflowBecomesInf) {
 }
 
 TEST(HalfTest, RoundsToNearestEven) {
-  const float ulp = std::ldexp(1.0f, -10);  // float16 spacing at 1
+  const float ulp = std::ldexp(1.0f, -10);                                // float16 spacing at 1
   EXPECT_EQ(float_to_half(1 + ulp / 2), 0x3c00);                          // tie -> even 1.0
   EXPECT_EQ(float_to_half(1 + 3 * ulp / 2), 0x3c02);                      // tie -> 1 + 2^-9
   EXPECT_EQ(float_to_half(1 + ulp / 2 + std::ldexp(1.0f, -20)), 0x3c01);  // above tie
@@ -287,7 +294,7 @@ TEST(BFloat16Test, KnownBitPatternsAndRounding) {
   EXPECT_EQ(float_to_bfloat16(-2.0f), 0xc000);
   EXPECT_EQ(bfloat16_to_float(0x3f80), 1.0f);
   EXPECT_EQ(bfloat16_to_float(0xc000), -2.0f);
-  const float ulp = std::ldexp(1.0f, -7);  // bfloat16 spacing at 1
+  const float ulp = std::ldexp(1.0f, -7);                 // bfloat16 spacing at 1
   EXPECT_EQ(float_to_bfloat16(1 + ulp / 2), 0x3f80);      // tie -> even
   EXPECT_EQ(float_to_bfloat16(1 + 3 * ulp / 2), 0x3f82);  // tie -> even
   EXPECT_EQ(float_to_bfloat16(1 + ulp / 2 + std::ldexp(1.0f, -20)), 0x3f81);

@@ -4,16 +4,26 @@ namespace kolo {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kMismatch: return "mismatch between ranks";
-    case ErrorCode::kDuplicateName: return "duplicate name";
-    case ErrorCode::kNotInitialized: return "not initialized";
-    case ErrorCode::kPeerFailure: return "peer failure";
-    case ErrorCode::kStalled: return "stalled";
-    case ErrorCode::kShutdown: return "shut down";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kMismatch:
+      return "mismatch between ranks";
+    case ErrorCode::kDuplicateName:
+      return "duplicate name";
+    case ErrorCode::kNotInitialized:
+      return "not initialized";
+    case ErrorCode::kPeerFailure:
+      return "peer failure";
+    case ErrorCode::kStalled:
+      return "stalled";
+    case ErrorCode::kShutdown:
+      return "shut down";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "unknown error";
 }

@@ -34,9 +34,9 @@ inline Status Mismatch(std::string m) { return {ErrorCode::kMismatch, std::move(
 inline Status PeerFailure(std::string m) { return {ErrorCode::kPeerFailure, std::move(m)}; }
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
 
-#define KOLO_RETURN_IF_ERROR(expr)        \
-  do {                                    \
-    ::kolo::Status kolo_status_ = (expr); \
+#define KOLO_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::kolo::Status kolo_status_ = (expr);        \
     if (!kolo_status_.ok()) return kolo_status_; \
   } while (0)
 

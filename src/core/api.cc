@@ -53,9 +53,9 @@ void init() {
   core::Runtime::CommunicatorFactory factory;
   if (transport == "local") {
     if (launch.size > 1) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "KOLO_TRANSPORT=local but " + launch.launcher + " started " +
-                      std::to_string(launch.size) + " processes; unset KOLO_TRANSPORT or use mpi");
+      throw Error(ErrorCode::kInvalidArgument, "KOLO_TRANSPORT=local but " + launch.launcher +
+                                                   " started " + std::to_string(launch.size) +
+                                                   " processes; unset KOLO_TRANSPORT or use mpi");
     }
     factory = &create_single;
   } else {
@@ -119,8 +119,8 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& inputs,
                                const AllreduceOptions& options) {
   return current()->allreduce(inputs, outputs, options, /*grouped=*/true);
 }
-void grouped_allreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                       const AllreduceOptions& options) {
+void grouped_allreduce(const std::vector<TensorView>& inputs,
+                       const std::vector<TensorView>& outputs, const AllreduceOptions& options) {
   grouped_allreduce_async(inputs, outputs, options).wait();
 }
 

@@ -28,7 +28,9 @@ void expect_not_initialized(const std::function<void()>& f) {
 }
 
 TEST(ApiTest, EveryOperationBeforeInitAndAfterShutdownFailsClearly) {
-  for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) unsetenv(v);
+  for (const char* v :
+       {"KOLO_RANK", "KOLO_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    unsetenv(v);
   std::vector<float> x(3, 1.0f);
   auto all_ops = [&] {
     expect_not_initialized([] { rank(); });
@@ -77,7 +79,8 @@ TEST(ApiTest, BadConfigurationIsReportedByInit) {
     init();
     ADD_FAILURE() << "init accepted KOLO_CACHE_CAPACITY=lots";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("KOLO_CACHE_CAPACITY=lots"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KOLO_CACHE_CAPACITY=lots"), std::string::npos)
+        << e.what();
   }
   unsetenv("KOLO_CACHE_CAPACITY");
   EXPECT_FALSE(is_initialized());

@@ -37,7 +37,8 @@ std::vector<Tunables> drive(Autotuner& tuner, double (*rate)(const Tunables&) = 
 }
 
 // The small grids of the tests below: one warm-up sample, two cycles per sample.
-AutotuneOptions small_search(std::vector<std::int64_t> thresholds, std::vector<double> cycle_times_ms) {
+AutotuneOptions small_search(std::vector<std::int64_t> thresholds,
+                             std::vector<double> cycle_times_ms) {
   AutotuneOptions o;
   o.warmup_samples = 1;
   o.cycles_per_sample = 2;
@@ -88,8 +89,10 @@ TEST(AutotuneTest, TriesTheOtherAllreduceAlgorithmWhenTheTransportOffersIt) {
     Autotuner tuner(
         Tunables{.fusion_threshold_bytes = 1 * kMiB, .cycle_time_ms = 0.0, .hierarchical = true},
         o);
-    auto rate = flat_is_faster ? +[](const Tunables& t) { return made_up_rate(t) * (t.hierarchical ? 1.0 : 2.0); }
-                               : +[](const Tunables& t) { return made_up_rate(t) * (t.hierarchical ? 2.0 : 1.0); };
+    auto rate =
+        flat_is_faster
+            ? +[](const Tunables& t) { return made_up_rate(t) * (t.hierarchical ? 1.0 : 2.0); }
+            : +[](const Tunables& t) { return made_up_rate(t) * (t.hierarchical ? 2.0 : 1.0); };
     drive(tuner, rate);
     ASSERT_TRUE(tuner.settled());
     // warm-up, 2 thresholds, 1 new cycle time, then the best with the flag flipped.

@@ -23,10 +23,14 @@ std::vector<std::int64_t> sizes() {
 double fold(ReduceOp op, double a, double b) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return a + b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return a * b;
+    case ReduceOp::kAverage:
+      return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
   }
   return 0;
 }
@@ -41,8 +45,9 @@ double expected_allreduce(int n, std::size_t i, DataType dtype, ReduceOp op, int
 
 void expect_close(double got, double want, DataType dtype, const std::string& what) {
   const double tol = !is_float(dtype) ? 0
-                     : (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) ? 1e-2 * std::abs(want) + 1e-3
-                                                                                       : 1e-6 * std::abs(want) + 1e-7;
+                     : (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16)
+                         ? 1e-2 * std::abs(want) + 1e-3
+                         : 1e-6 * std::abs(want) + 1e-7;
   ASSERT_LE(std::abs(got - want), tol) << what << ": got " << got << ", want " << want;
 }
 
@@ -85,9 +90,11 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndSize) {
           }
         }
         for (auto& o : ops) {
-          for (std::int64_t i = 0; i < count; ++i) set_value(o.in.data(), o.dtype, i, test_value(rank, i, o.dtype, o.op));
+          for (std::int64_t i = 0; i < count; ++i)
+            set_value(o.in.data(), o.dtype, i, test_value(rank, i, o.dtype, o.op));
           AllreduceOptions opt;
-          opt.name = std::string("ar.") + dtype_name(o.dtype) + "." + reduce_op_name(o.op) + "." + std::to_string(count);
+          opt.name = std::string("ar.") + dtype_name(o.dtype) + "." + reduce_op_name(o.op) + "." +
+                     std::to_string(count);
           opt.op = o.op;
           // Half the ops in place, half into a separate output.
           const bool in_place = (static_cast<int>(o.op) + static_cast<int>(o.dtype)) % 2 == 0;
@@ -100,8 +107,9 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndSize) {
           const std::string what = o.h.name() + " on rank " + std::to_string(rank);
           for (std::int64_t i = 0; i < count; ++i) {
             if (!checked(i, rank, n, count)) continue;
-            expect_close(get_value(o.out.data(), o.dtype, i), expected_allreduce(n, i, o.dtype, o.op),
-                         o.dtype, what + " element " + std::to_string(i));
+            expect_close(get_value(o.out.data(), o.dtype, i),
+                         expected_allreduce(n, i, o.dtype, o.op), o.dtype,
+                         what + " element " + std::to_string(i));
           }
         }
       }
@@ -117,7 +125,8 @@ TEST_P(Collectives, AllgatherEveryDtypeWithUnevenFirstDims) {
       for (DataType dtype : kAllDtypes) {
         auto rows_of = [&](int r) { return rows_base + r % 3; };
         Tensor in(dtype, {rows_of(rank), 3});
-        for (std::int64_t i = 0; i < in.numel(); ++i) set_value(in.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
+        for (std::int64_t i = 0; i < in.numel(); ++i)
+          set_value(in.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
         AllgatherOptions o;
         o.name = std::string("ag.") + dtype_name(dtype) + "." + std::to_string(base);
         Handle h = rt.allgather(in.view(), o);
@@ -130,7 +139,8 @@ TEST_P(Collectives, AllgatherEveryDtypeWithUnevenFirstDims) {
         for (int r = 0; r < n; ++r) {
           for (std::int64_t i = 0; i < rows_of(r) * 3; ++i, ++k) {
             if (!checked(static_cast<std::int64_t>(k), rank, n, out.numel())) continue;
-            ASSERT_EQ(get_value(out.data(), dtype, k), test_value(r, i, dtype, ReduceOp::kMax)) << o.name;
+            ASSERT_EQ(get_value(out.data(), dtype, k), test_value(r, i, dtype, ReduceOp::kMax))
+                << o.name;
           }
         }
       }
@@ -145,13 +155,15 @@ TEST_P(Collectives, BroadcastEveryDtypeFromEveryRoot) {
       for (DataType dtype : kAllDtypes) {
         const int root = static_cast<int>((count + static_cast<int>(dtype)) % n);
         Tensor t(dtype, {count});
-        for (std::int64_t i = 0; i < count; ++i) set_value(t.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
+        for (std::int64_t i = 0; i < count; ++i)
+          set_value(t.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
         BroadcastOptions o;
         o.name = std::string("bc.") + dtype_name(dtype) + "." + std::to_string(count);
         o.root = root;
         rt.broadcast(t.view(), o).wait();
         for (std::int64_t i = 0; i < count; ++i) {
-          ASSERT_EQ(get_value(t.data(), dtype, i), test_value(root, i, dtype, ReduceOp::kMax)) << o.name;
+          ASSERT_EQ(get_value(t.data(), dtype, i), test_value(root, i, dtype, ReduceOp::kMax))
+              << o.name;
         }
       }
     }
@@ -174,7 +186,8 @@ TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
           return test_value(r * 16 + j, static_cast<std::size_t>(k), dtype, ReduceOp::kMax);
         };
         for (int j = 0; j < n; ++j) {
-          for (std::int64_t k = 0; k < split(rank, j) * 2; ++k) set_value(in.data(), dtype, row * 2 + k, code(rank, j, k));
+          for (std::int64_t k = 0; k < split(rank, j) * 2; ++k)
+            set_value(in.data(), dtype, row * 2 + k, code(rank, j, k));
           row += split(rank, j);
         }
         AlltoallOptions o;
@@ -193,7 +206,8 @@ TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
       }
       // Without splits: dim 0 divides evenly, rank j gets block j.
       Tensor in(dtype, {2 * n, 3});
-      for (std::int64_t i = 0; i < in.numel(); ++i) set_value(in.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
+      for (std::int64_t i = 0; i < in.numel(); ++i)
+        set_value(in.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
       AlltoallOptions o;
       o.name = std::string("a2a.even.") + dtype_name(dtype);
       Handle h = rt.alltoall(in.view(), o);
@@ -201,7 +215,8 @@ TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
       ASSERT_EQ(h.output().shape(), (std::vector<std::int64_t>{2 * n, 3}));
       for (int r = 0; r < n; ++r) {
         for (std::int64_t k = 0; k < 6; ++k) {
-          ASSERT_EQ(get_value(h.output().data(), dtype, r * 6 + k), test_value(r, rank * 6 + k, dtype, ReduceOp::kMax));
+          ASSERT_EQ(get_value(h.output().data(), dtype, r * 6 + k),
+                    test_value(r, rank * 6 + k, dtype, ReduceOp::kMax));
         }
       }
     }
@@ -217,9 +232,11 @@ TEST_P(Collectives, ReducescatterSplitsUnevenRowsLikeHorovod) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
           if (dtype == DataType::kBool && op == ReduceOp::kAverage) continue;
           Tensor in(dtype, {rows, 2});
-          for (std::int64_t i = 0; i < in.numel(); ++i) set_value(in.data(), dtype, i, test_value(rank, i, dtype, op));
+          for (std::int64_t i = 0; i < in.numel(); ++i)
+            set_value(in.data(), dtype, i, test_value(rank, i, dtype, op));
           ReducescatterOptions o;
-          o.name = std::string("rs.") + dtype_name(dtype) + reduce_op_name(op) + std::to_string(count);
+          o.name =
+              std::string("rs.") + dtype_name(dtype) + reduce_op_name(op) + std::to_string(count);
           o.op = op;
           Handle h = rt.reducescatter(in.view(), o);
           h.wait();
@@ -247,7 +264,8 @@ TEST_P(Collectives, PrescalePostscaleAndGroupedAllreduce) {
     o.op = ReduceOp::kSum;
     o.prescale_factor = 0.5;
     o.postscale_factor = 3.0;
-    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false).wait();
+    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
+        .wait();
     const float sum = n * (n + 1) / 2.0f;  // sum of 1 + rank
     for (float x : a) EXPECT_FLOAT_EQ(x, sum * 0.5f * 3.0f);
 

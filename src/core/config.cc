@@ -29,28 +29,33 @@ const std::vector<OptionDoc>& config_options() {
        "idle and waiting ranks do not wake; 0: every rank cycles every 1 ms while any rank is "
        "busy, as over MPI"},
       {"KOLO_STALL_CHECK_SECONDS", "60",
-       "warn (on rank 0) when some ranks submitted a tensor and others did not for this long; 0 = off"},
+       "warn (on rank 0) when some ranks submitted a tensor and others did not for this long; 0 = "
+       "off"},
       {"KOLO_STALL_SHUTDOWN_SECONDS", "0",
        "fail every pending operation and stop the runtime after a stall this long; 0 = off"},
       {"KOLO_PEER_TIMEOUT_SECONDS", "60",
        "a rank that does not answer for this long is reported dead; pending operations fail"},
       {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning, error or off"},
       {"KOLO_TRANSPORT", "auto",
-       "auto (mpi when started by kolorun/mpirun/srun with more than one rank, else local), mpi, local"},
+       "auto (mpi when started by kolorun/mpirun/srun with more than one rank, else local), mpi, "
+       "local"},
       {"KOLO_FUSION_THRESHOLD", "67108864",
        "bytes: consecutive allreduces of one cycle with the same dtype and reduction are packed "
        "into one buffer up to this size (scaling done while packing); 0 disables fusion"},
       {"KOLO_TIMELINE", "",
-       "path (unset: off): rank 0 writes a Chrome-trace JSON timeline (negotiate, wait_for_ranks, pack, "
+       "path (unset: off): rank 0 writes a Chrome-trace JSON timeline (negotiate, wait_for_ranks, "
+       "pack, "
        "communicate, unpack per tensor) that Perfetto and chrome://tracing open"},
       {"KOLO_TIMELINE_MARK_CYCLES", "0", "1: the timeline also marks every negotiation cycle"},
       {"KOLO_AUTOTUNE", "0",
        "1: during the first steps rank 0 tries fusion thresholds and cycle times (and, across "
        "hosts, hierarchical vs flat allreduce) and settles on the one with the most bytes per "
        "second; every rank switches at the same cycle"},
-      {"KOLO_AUTOTUNE_LOG", "", "path (unset: off): rank 0 writes each autotune sample as a CSV line"},
+      {"KOLO_AUTOTUNE_LOG", "",
+       "path (unset: off): rank 0 writes each autotune sample as a CSV line"},
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before the search"},
-      {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "20", "busy negotiation cycles measured per autotune sample"},
+      {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "20",
+       "busy negotiation cycles measured per autotune sample"},
       {"KOLO_HIERARCHICAL", "auto",
        "auto (hierarchical allreduce: shared memory inside each host, MPI across hosts, when "
        "there are several hosts with equal numbers of ranks), 0 (off), 1 (required)"},
@@ -67,7 +72,8 @@ const std::vector<OptionDoc>& launcher_variables() {
       {"KOLO_SIZE", "set by kolorun", "number of workers"},
       {"KOLO_LOCAL_RANK", "set by kolorun", "rank among the workers on this host"},
       {"KOLO_LOCAL_SIZE", "set by kolorun", "workers on this host"},
-      {"KOLO_CROSS_RANK", "set by kolorun", "rank among workers with the same local rank (host index)"},
+      {"KOLO_CROSS_RANK", "set by kolorun",
+       "rank among workers with the same local rank (host index)"},
       {"KOLO_CROSS_SIZE", "set by kolorun", "hosts with a worker of this local rank"},
   };
   return kVars;

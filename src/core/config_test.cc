@@ -82,7 +82,7 @@ TEST(ConfigTest, EachVariableParsed) {
   EXPECT_EQ(parse_ok({{"KOLO_HIERARCHICAL", "1"}}).hierarchical, "1");
   EXPECT_EQ(parse_ok({{"KOLO_SHM", "1"}}).shm, "1");
   const std::pair<const char*, log::Level> levels[] = {
-      {"trace", log::kTrace}, {"info", log::kInfo},   {"warning", log::kWarning},
+      {"trace", log::kTrace},  {"info", log::kInfo},   {"warning", log::kWarning},
       {"warn", log::kWarning}, {"error", log::kError}, {"off", log::kOff},
       {"0", log::kTrace},      {"4", log::kError}};
   for (const auto& [text, level] : levels) {
@@ -147,11 +147,16 @@ const OptionDoc* find_option(const std::vector<OptionDoc>& options, const std::s
 
 TEST(ConfigTest, OptionsTableDocumentsDefaults) {
   const std::pair<const char*, const char*> expected[] = {
-      {"KOLO_CACHE_CAPACITY", "1024"},       {"KOLO_CYCLE_TIME_MS", "0"},
-      {"KOLO_STALL_CHECK_SECONDS", "60"},    {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
-      {"KOLO_PEER_TIMEOUT_SECONDS", "60"},  {"KOLO_FUSION_THRESHOLD", "67108864"},
-      {"KOLO_AUTOTUNE", "0"},                {"KOLO_TIMELINE", ""},
-      {"KOLO_SHM", "auto"},                  {"KOLO_CYCLE_ON_DEMAND", "1"},
+      {"KOLO_CACHE_CAPACITY", "1024"},
+      {"KOLO_CYCLE_TIME_MS", "0"},
+      {"KOLO_STALL_CHECK_SECONDS", "60"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "60"},
+      {"KOLO_FUSION_THRESHOLD", "67108864"},
+      {"KOLO_AUTOTUNE", "0"},
+      {"KOLO_TIMELINE", ""},
+      {"KOLO_SHM", "auto"},
+      {"KOLO_CYCLE_ON_DEMAND", "1"},
   };
   for (const auto& [name, value] : expected) {
     const OptionDoc* o = find_option(config_options(), name);

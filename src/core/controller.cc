@@ -27,9 +27,8 @@ Controller::Controller(const Config& config, transport::Communicator* comm)
       table_(comm->size()) {}
 
 transport::Deadline Controller::deadline() const {
-  return transport::Clock::now() +
-         std::chrono::duration_cast<transport::Clock::duration>(
-             std::chrono::duration<double>(config_.peer_timeout_seconds));
+  return transport::Clock::now() + std::chrono::duration_cast<transport::Clock::duration>(
+                                       std::chrono::duration<double>(config_.peer_timeout_seconds));
 }
 
 void Controller::renegotiate_hit(int bit) {
@@ -44,9 +43,8 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
   for (auto& r : requests) {
     if (r.op == OpType::kJoin) joined_ = true;
     int bit = -1;
-    const auto lookup = cache_.capacity() > 0 && cacheable_op(r.op)
-                            ? cache_.lookup(r, &bit)
-                            : ResponseCache::Lookup::kMiss;
+    const auto lookup = cache_.capacity() > 0 && cacheable_op(r.op) ? cache_.lookup(r, &bit)
+                                                                    : ResponseCache::Lookup::kMiss;
     if (lookup == ResponseCache::Lookup::kHit && !hits_.count(bit)) {
       hits_[bit] = Hit{std::move(r), now};
       continue;
@@ -58,7 +56,8 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
   // (and report) which ranks are missing.
   if (config_.stall_check_seconds > 0) {
     for (const auto& [bit, hit] : hits_) {
-      if (std::chrono::duration<double>(now - hit.since).count() > config_.stall_check_seconds / 2) {
+      if (std::chrono::duration<double>(now - hit.since).count() >
+          config_.stall_check_seconds / 2) {
         set_bit(*invalid, 0, bit);
       }
     }
@@ -86,7 +85,8 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
   if (!cycle.fatal.ok()) return cycle;
   const std::uint64_t any = ~words[0];
   cycle.idle = any == 0 && hits_.empty();
-  for (int i = 0; i < words_ && cycle.idle; ++i) cycle.idle = words[1 + i] == 0 && ~words[1 + words_ + i] == 0;
+  for (int i = 0; i < words_ && cycle.idle; ++i)
+    cycle.idle = words[1 + i] == 0 && ~words[1 + words_ + i] == 0;
   if (any & kShutdown) {
     cycle.shutdown = true;
     return cycle;
@@ -195,10 +195,11 @@ void Controller::check_stalls(Clock::time_point now) {
       continue;
     }
     still_warned[s.name] = now;
-    KOLO_LOG(kWarning, "stall")
-        << "tensor '" << s.name << "' was submitted by rank(s) " << rank_list_string(s.submitted)
-        << " but not by rank(s) " << rank_list_string(s.missing) << " for "
-        << static_cast<int>(s.seconds) << " s; a rank may be stuck or submitting different names";
+    KOLO_LOG(kWarning, "stall") << "tensor '" << s.name << "' was submitted by rank(s) "
+                                << rank_list_string(s.submitted) << " but not by rank(s) "
+                                << rank_list_string(s.missing) << " for "
+                                << static_cast<int>(s.seconds)
+                                << " s; a rank may be stuck or submitting different names";
   }
   warned_ = std::move(still_warned);
   if (config_.stall_shutdown_seconds > 0 && abort_message_.empty()) {

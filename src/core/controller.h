@@ -73,9 +73,9 @@ class Controller {
   transport::Communicator* comm_;
   const int words_;  // 64-bit words per cache bit vector
   ResponseCache cache_;
-  MessageTable table_;  // used on the coordinator (rank 0) only
-  std::vector<Request> uncached_;                   // to send on the next slow path
-  std::map<int, Hit> hits_;                         // cache bit -> pending request
+  MessageTable table_;                             // used on the coordinator (rank 0) only
+  std::vector<Request> uncached_;                  // to send on the next slow path
+  std::map<int, Hit> hits_;                        // cache bit -> pending request
   std::unordered_map<std::string, Request> sent_;  // sent to the coordinator, unanswered
   bool joined_ = false;
   std::string abort_message_;  // coordinator: stall shutdown to announce

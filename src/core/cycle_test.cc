@@ -79,7 +79,8 @@ TEST(CycleTest, EveryRankRunsTheSameCycles) {
       // Staggered submissions of several tensors, some ranks sleeping in between, so that
       // ranks ask for cycles at different times (and sometimes at the same time).
       for (int step = 0; step < 20; ++step) {
-        if ((step + rank) % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rank * 2));
+        if ((step + rank) % 3 == 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(rank * 2));
         const float got = sum_of_ranks(rt, rank, "step." + std::to_string(step % 4));
         EXPECT_EQ(got, static_cast<float>(n * (n + 1) / 2));
       }

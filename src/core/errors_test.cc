@@ -32,7 +32,8 @@ void expect_error_everywhere(int n, const Submit& submit, ErrorCode code,
     AllreduceOptions o;
     o.name = "after-error";
     o.op = ReduceOp::kSum;
-    rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false).wait();
+    rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
+        .wait();
     EXPECT_EQ(v[0], static_cast<float>(n));
   });
 }
@@ -45,84 +46,116 @@ Handle allreduce_of(Runtime& rt, Tensor& t, DataType dtype, std::vector<std::int
 }
 
 TEST(ErrorsTest, MismatchedShape) {
-  expect_error_everywhere(3, [](int rank, Runtime& rt, Tensor& t) {
-    return allreduce_of(rt, t, DataType::kFloat32, {rank == 1 ? 5 : 4}, {});
-  }, ErrorCode::kMismatch, {"allreduce 'x'", "[4] on ranks 0, 2", "[5] on rank 1"});
+  expect_error_everywhere(3,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            return allreduce_of(rt, t, DataType::kFloat32, {rank == 1 ? 5 : 4}, {});
+                          },
+                          ErrorCode::kMismatch,
+                          {"allreduce 'x'", "[4] on ranks 0, 2", "[5] on rank 1"});
 }
 
 TEST(ErrorsTest, SameElementCountDifferentDimensions) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    return allreduce_of(rt, t, DataType::kFloat32, rank == 0 ? std::vector<std::int64_t>{2, 3} : std::vector<std::int64_t>{3, 2}, {});
-  }, ErrorCode::kMismatch, {"[2, 3] on rank 0", "[3, 2] on rank 1", "same number of elements"});
+  expect_error_everywhere(
+      2,
+      [](int rank, Runtime& rt, Tensor& t) {
+        return allreduce_of(
+            rt, t, DataType::kFloat32,
+            rank == 0 ? std::vector<std::int64_t>{2, 3} : std::vector<std::int64_t>{3, 2}, {});
+      },
+      ErrorCode::kMismatch, {"[2, 3] on rank 0", "[3, 2] on rank 1", "same number of elements"});
 }
 
 TEST(ErrorsTest, MismatchedDtype) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    return allreduce_of(rt, t, rank == 0 ? DataType::kFloat32 : DataType::kFloat64, {4}, {});
-  }, ErrorCode::kMismatch, {"'x'", "float32 on rank 0", "float64 on rank 1"});
+  expect_error_everywhere(
+      2,
+      [](int rank, Runtime& rt, Tensor& t) {
+        return allreduce_of(rt, t, rank == 0 ? DataType::kFloat32 : DataType::kFloat64, {4}, {});
+      },
+      ErrorCode::kMismatch, {"'x'", "float32 on rank 0", "float64 on rank 1"});
 }
 
 TEST(ErrorsTest, MismatchedOperation) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    if (rank == 0) return allreduce_of(rt, t, DataType::kFloat32, {4}, {});
-    t = Tensor(DataType::kFloat32, {4});
-    BroadcastOptions o;
-    o.name = "x";
-    return rt.broadcast(t.view(), o);
-  }, ErrorCode::kMismatch, {"'x'", "allreduce on rank 0", "broadcast on rank 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            if (rank == 0) return allreduce_of(rt, t, DataType::kFloat32, {4}, {});
+                            t = Tensor(DataType::kFloat32, {4});
+                            BroadcastOptions o;
+                            o.name = "x";
+                            return rt.broadcast(t.view(), o);
+                          },
+                          ErrorCode::kMismatch,
+                          {"'x'", "allreduce on rank 0", "broadcast on rank 1"});
 }
 
 TEST(ErrorsTest, MismatchedReduceOp) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    AllreduceOptions o;
-    o.op = rank == 0 ? ReduceOp::kSum : ReduceOp::kMax;
-    return allreduce_of(rt, t, DataType::kFloat32, {4}, o);
-  }, ErrorCode::kMismatch, {"reduce ops", "sum on rank 0", "max on rank 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            AllreduceOptions o;
+                            o.op = rank == 0 ? ReduceOp::kSum : ReduceOp::kMax;
+                            return allreduce_of(rt, t, DataType::kFloat32, {4}, o);
+                          },
+                          ErrorCode::kMismatch, {"reduce ops", "sum on rank 0", "max on rank 1"});
 }
 
 TEST(ErrorsTest, MismatchedPrescaleAndPostscale) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    AllreduceOptions o;
-    o.prescale_factor = rank == 0 ? 1.0 : 0.5;
-    return allreduce_of(rt, t, DataType::kFloat32, {4}, o);
-  }, ErrorCode::kMismatch, {"prescale", "1 on rank 0", "0.5 on rank 1"});
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    AllreduceOptions o;
-    o.postscale_factor = rank == 0 ? 2.0 : 3.0;
-    return allreduce_of(rt, t, DataType::kFloat32, {4}, o);
-  }, ErrorCode::kMismatch, {"postscale", "2 on rank 0", "3 on rank 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            AllreduceOptions o;
+                            o.prescale_factor = rank == 0 ? 1.0 : 0.5;
+                            return allreduce_of(rt, t, DataType::kFloat32, {4}, o);
+                          },
+                          ErrorCode::kMismatch, {"prescale", "1 on rank 0", "0.5 on rank 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            AllreduceOptions o;
+                            o.postscale_factor = rank == 0 ? 2.0 : 3.0;
+                            return allreduce_of(rt, t, DataType::kFloat32, {4}, o);
+                          },
+                          ErrorCode::kMismatch, {"postscale", "2 on rank 0", "3 on rank 1"});
 }
 
 TEST(ErrorsTest, MismatchedBroadcastRootAndRootOutOfRange) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kInt32, {4});
-    BroadcastOptions o;
-    o.name = "b";
-    o.root = rank;
-    return rt.broadcast(t.view(), o);
-  }, ErrorCode::kMismatch, {"broadcast 'b'", "root 0 on rank 0", "root 1 on rank 1"});
-  expect_error_everywhere(2, [](int, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kInt32, {4});
-    BroadcastOptions o;
-    o.name = "b";
-    o.root = 2;
-    return rt.broadcast(t.view(), o);
-  }, ErrorCode::kInvalidArgument, {"broadcast 'b'", "root rank 2 is out of range", "2 ranks"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kInt32, {4});
+                            BroadcastOptions o;
+                            o.name = "b";
+                            o.root = rank;
+                            return rt.broadcast(t.view(), o);
+                          },
+                          ErrorCode::kMismatch,
+                          {"broadcast 'b'", "root 0 on rank 0", "root 1 on rank 1"});
+  expect_error_everywhere(2,
+                          [](int, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kInt32, {4});
+                            BroadcastOptions o;
+                            o.name = "b";
+                            o.root = 2;
+                            return rt.broadcast(t.view(), o);
+                          },
+                          ErrorCode::kInvalidArgument,
+                          {"broadcast 'b'", "root rank 2 is out of range", "2 ranks"});
 }
 
 TEST(ErrorsTest, AllgatherAndAlltoallWithMismatchedTrailingDimensions) {
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kFloat32, {2, rank == 0 ? 3 : 4});
-    AllgatherOptions o;
-    o.name = "g";
-    return rt.allgather(t.view(), o);
-  }, ErrorCode::kMismatch, {"allgather 'g'", "[2, 3] on rank 0", "[2, 4] on rank 1"});
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kFloat32, {2, 2, rank == 0 ? 1 : 2});
-    AlltoallOptions o;
-    o.name = "a";
-    return rt.alltoall(t.view(), o);
-  }, ErrorCode::kMismatch, {"alltoall 'a'", "[2, 2, 1] on rank 0", "[2, 2, 2] on rank 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kFloat32, {2, rank == 0 ? 3 : 4});
+                            AllgatherOptions o;
+                            o.name = "g";
+                            return rt.allgather(t.view(), o);
+                          },
+                          ErrorCode::kMismatch,
+                          {"allgather 'g'", "[2, 3] on rank 0", "[2, 4] on rank 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kFloat32, {2, 2, rank == 0 ? 1 : 2});
+                            AlltoallOptions o;
+                            o.name = "a";
+                            return rt.alltoall(t.view(), o);
+                          },
+                          ErrorCode::kMismatch,
+                          {"alltoall 'a'", "[2, 2, 1] on rank 0", "[2, 2, 2] on rank 1"});
 }
 
 TEST(ErrorsTest, BadAlltoallSplits) {
@@ -134,41 +167,53 @@ TEST(ErrorsTest, BadAlltoallSplits) {
                         Case{{3, -1}, "splits[1] = -1 is negative"},
                         Case{{3, 2}, "splits sum to 5 rows but dimension 0 has only 4"},
                         Case{{}, "dimension 0 (3) does not divide evenly"}}) {
-    expect_error_everywhere(2, [&](int rank, Runtime& rt, Tensor& t) {
-      const bool bad = rank == 1;
-      t = Tensor(DataType::kFloat32, {bad && c.splits.empty() ? 3 : 4, 2});
-      AlltoallOptions o;
-      o.name = "a";
-      o.splits = bad ? c.splits : std::vector<std::int64_t>{2, 2};
-      return rt.alltoall(t.view(), o);
-    }, ErrorCode::kInvalidArgument, {"alltoall 'a' on rank 1", c.part});
+    expect_error_everywhere(2,
+                            [&](int rank, Runtime& rt, Tensor& t) {
+                              const bool bad = rank == 1;
+                              t = Tensor(DataType::kFloat32, {bad && c.splits.empty() ? 3 : 4, 2});
+                              AlltoallOptions o;
+                              o.name = "a";
+                              o.splits = bad ? c.splits : std::vector<std::int64_t>{2, 2};
+                              return rt.alltoall(t.view(), o);
+                            },
+                            ErrorCode::kInvalidArgument, {"alltoall 'a' on rank 1", c.part});
   }
 }
 
 TEST(ErrorsTest, ZeroDimensionalReducescatterAndAllgather) {
-  expect_error_everywhere(2, [](int, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kFloat32, {});
-    ReducescatterOptions o;
-    o.name = "r";
-    return rt.reducescatter(t.view(), o);
-  }, ErrorCode::kInvalidArgument, {"reducescatter 'r'", "0-d", "rank(s) 0, 1"});
-  expect_error_everywhere(2, [](int rank, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kFloat32, rank == 0 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{1});
-    AllgatherOptions o;
-    o.name = "g";
-    return rt.allgather(t.view(), o);
-  }, ErrorCode::kInvalidArgument, {"allgather 'g'", "0-d", "rank(s) 0"});
+  expect_error_everywhere(2,
+                          [](int, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kFloat32, {});
+                            ReducescatterOptions o;
+                            o.name = "r";
+                            return rt.reducescatter(t.view(), o);
+                          },
+                          ErrorCode::kInvalidArgument,
+                          {"reducescatter 'r'", "0-d", "rank(s) 0, 1"});
+  expect_error_everywhere(2,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kFloat32, rank == 0
+                                                               ? std::vector<std::int64_t>{}
+                                                               : std::vector<std::int64_t>{1});
+                            AllgatherOptions o;
+                            o.name = "g";
+                            return rt.allgather(t.view(), o);
+                          },
+                          ErrorCode::kInvalidArgument, {"allgather 'g'", "0-d", "rank(s) 0"});
 }
 
 TEST(ErrorsTest, CpuTensorOnSomeRanksAndGpuOnOthers) {
-  expect_error_everywhere(3, [](int rank, Runtime& rt, Tensor& t) {
-    t = Tensor(DataType::kFloat32, {4});
-    TensorView v = t.view();
-    if (rank == 2) v.device = DeviceKind::kCUDA;
-    AllreduceOptions o;
-    o.name = "dev";
-    return rt.allreduce({v}, {v}, o, false);
-  }, ErrorCode::kMismatch, {"allreduce 'dev'", "cpu on ranks 0, 1", "cuda on rank 2"});
+  expect_error_everywhere(3,
+                          [](int rank, Runtime& rt, Tensor& t) {
+                            t = Tensor(DataType::kFloat32, {4});
+                            TensorView v = t.view();
+                            if (rank == 2) v.device = DeviceKind::kCUDA;
+                            AllreduceOptions o;
+                            o.name = "dev";
+                            return rt.allreduce({v}, {v}, o, false);
+                          },
+                          ErrorCode::kMismatch,
+                          {"allreduce 'dev'", "cpu on ranks 0, 1", "cuda on rank 2"});
 }
 
 TEST(ErrorsTest, NameAlreadyInFlightFailsAtEnqueueOnThatRank) {
@@ -178,18 +223,22 @@ TEST(ErrorsTest, NameAlreadyInFlightFailsAtEnqueueOnThatRank) {
     o.name = "dup";
     Handle h;
     if (rank == 0) {
-      h = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false);
+      h = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
+                       false);
       try {
         rt.allreduce({view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)}, o, false);
         ADD_FAILURE() << "duplicate name accepted";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kDuplicateName);
-        EXPECT_NE(std::string(e.what()).find("'dup' is already in flight on rank 0"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("'dup' is already in flight on rank 0"),
+                  std::string::npos)
+            << e.what();
       }
     }
     rt.barrier({}).wait();  // rank 1 submits only after rank 0 tried the duplicate
     if (rank == 1) {
-      h = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false);
+      h = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
+                       false);
     }
     h.wait();
     EXPECT_EQ(a[0], 1.0f);
@@ -200,7 +249,9 @@ TEST(ErrorsTest, LocalArgumentErrorsThrowAtEnqueue) {
   run_ranks(1, test_config(), [](int, Runtime& rt) {
     std::vector<float> a(4);
     std::vector<double> b(4);
-    EXPECT_THROW(rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(b, DataType::kFloat64)}, {}, false), Error);
+    EXPECT_THROW(
+        rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(b, DataType::kFloat64)}, {}, false),
+        Error);
     EXPECT_THROW(rt.allreduce({}, {}, {}, true), Error);
     TensorView null_data = view_of(nullptr, DataType::kFloat32, {3});
     EXPECT_THROW(rt.allreduce({null_data}, {null_data}, {}, false), Error);

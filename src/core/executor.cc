@@ -121,7 +121,8 @@ Status run_reducescatter(transport::Communicator& comm, const Response& r, Entry
   out_shape[0] = reducescatter_rows(shape[0], size, comm.rank());
   auto& out = entry.handle->output;
   out = Tensor(r.dtype, out_shape);
-  KOLO_RETURN_IF_ERROR(comm.reducescatter(send, out.data(), counts, r.dtype, wire_op(r.reduce_op), deadline));
+  KOLO_RETURN_IF_ERROR(
+      comm.reducescatter(send, out.data(), counts, r.dtype, wire_op(r.reduce_op), deadline));
   finish_scaling(out.data(), counts[comm.rank()], r, size);
   return Status::OK();
 }
@@ -208,7 +209,8 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
     // No packing: the transport reads the inputs and writes the outputs itself, scaling
     // as it goes.
     times->comm_start = ExecTimes::Clock::now();
-    KOLO_RETURN_IF_ERROR(comm.allreduce_pieces(pieces, first.dtype, wire_op(first.reduce_op), deadline));
+    KOLO_RETURN_IF_ERROR(
+        comm.allreduce_pieces(pieces, first.dtype, wire_op(first.reduce_op), deadline));
     times->comm_end = times->unpack_end = ExecTimes::Clock::now();
     return Status::OK();
   }
@@ -287,16 +289,22 @@ Status dispatch(transport::Communicator& comm, const Response& r, Entry* entry, 
     return device_memory_error(r);
   }
   if (!entry && r.op != OpType::kAllreduce && r.op != OpType::kBarrier && r.op != OpType::kJoin) {
-    return Internal(std::string(op_name(r.op)) + " '" + r.name + "' reached a rank that did not submit it");
+    return Internal(std::string(op_name(r.op)) + " '" + r.name +
+                    "' reached a rank that did not submit it");
   }
   switch (r.op) {
-    case OpType::kAllreduce: return run_allreduce(comm, r, entry, deadline, times);
-    case OpType::kAllgather: return run_allgather(comm, r, *entry, deadline);
+    case OpType::kAllreduce:
+      return run_allreduce(comm, r, entry, deadline, times);
+    case OpType::kAllgather:
+      return run_allgather(comm, r, *entry, deadline);
     case OpType::kBroadcast:
       return comm.broadcast(entry->outputs[0].data, entry->outputs[0].nbytes(), r.root, deadline);
-    case OpType::kAlltoall: return run_alltoall(comm, r, *entry, deadline);
-    case OpType::kReducescatter: return run_reducescatter(comm, r, *entry, deadline);
-    case OpType::kBarrier: return comm.barrier(deadline);
+    case OpType::kAlltoall:
+      return run_alltoall(comm, r, *entry, deadline);
+    case OpType::kReducescatter:
+      return run_reducescatter(comm, r, *entry, deadline);
+    case OpType::kBarrier:
+      return comm.barrier(deadline);
     case OpType::kJoin:
       if (entry) entry->handle->last_joined_rank = r.last_joined;
       return Status::OK();

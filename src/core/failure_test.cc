@@ -19,28 +19,32 @@ TEST(FailureTest, DeadRankMakesOthersFailWithinThePeerTimeoutNamingIt) {
   Config c = test_config();
   c.peer_timeout_seconds = 1;
   transport::InprocWorld world(3);
-  run_ranks(3, c, [&](int rank, Runtime& rt) {
-    std::vector<float> v(4, 1.0f);
-    AllreduceOptions o;
-    o.name = "x";
-    if (rank == 2) {
-      world.kill(2);  // from now on rank 2 takes part in nothing, like a killed process
-      return;
-    }
-    const auto start = Clock::now();
-    Handle h = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
-    ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
-    EXPECT_EQ(h.error_code(), ErrorCode::kPeerFailure) << h.error_message();
-    EXPECT_NE(h.error_message().find("rank(s) 2"), std::string::npos) << h.error_message();
-    EXPECT_LT(seconds_since(start), 5.0);
-    // The runtime stays failed: new operations fail at once with the same error.
-    try {
-      rt.barrier({});
-      ADD_FAILURE() << "operation accepted after peer failure";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kPeerFailure);
-    }
-  }, 0, &world);
+  run_ranks(
+      3, c,
+      [&](int rank, Runtime& rt) {
+        std::vector<float> v(4, 1.0f);
+        AllreduceOptions o;
+        o.name = "x";
+        if (rank == 2) {
+          world.kill(2);  // from now on rank 2 takes part in nothing, like a killed process
+          return;
+        }
+        const auto start = Clock::now();
+        Handle h = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)},
+                                o, false);
+        ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
+        EXPECT_EQ(h.error_code(), ErrorCode::kPeerFailure) << h.error_message();
+        EXPECT_NE(h.error_message().find("rank(s) 2"), std::string::npos) << h.error_message();
+        EXPECT_LT(seconds_since(start), 5.0);
+        // The runtime stays failed: new operations fail at once with the same error.
+        try {
+          rt.barrier({});
+          ADD_FAILURE() << "operation accepted after peer failure";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kPeerFailure);
+        }
+      },
+      0, &world);
 }
 
 TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
@@ -55,7 +59,8 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
     o.name = "cached";
     // Two rounds make 'cached' a cache hit: the stall must be found on the fast path too.
     for (int i = 0; i < 2; ++i) {
-      rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false).wait();
+      rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
+          .wait();
     }
     if (rank == 1) {
       while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -64,8 +69,10 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
     const auto start = Clock::now();
     AllreduceOptions lonely;
     lonely.name = "lonely";
-    Handle h1 = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, lonely, false);
-    Handle h2 = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+    Handle h1 = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)},
+                             lonely, false);
+    Handle h2 =
+        rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
     EXPECT_FALSE(h1.wait_for(std::chrono::milliseconds(500)));  // stalled, not failed yet
     ASSERT_TRUE(h1.wait_for(std::chrono::seconds(15)));
     ASSERT_TRUE(h2.wait_for(std::chrono::seconds(15)));
@@ -76,8 +83,12 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
     done = true;
   });
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("tensor 'lonely' was submitted by rank(s) 0 but not by rank(s) 1"), std::string::npos) << err;
-  EXPECT_NE(err.find("tensor 'cached' was submitted by rank(s) 0 but not by rank(s) 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("tensor 'lonely' was submitted by rank(s) 0 but not by rank(s) 1"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("tensor 'cached' was submitted by rank(s) 0 but not by rank(s) 1"),
+            std::string::npos)
+      << err;
   EXPECT_NE(err.find("[kolo 0 warning stall]"), std::string::npos) << err;
 }
 

@@ -94,7 +94,8 @@ TEST(JoinTest, CollectivesThatNeedEveryRankFailWhileARankHasJoined) {
     for (auto& h : hs) {
       ASSERT_TRUE(h.wait_for(std::chrono::seconds(20)));
       EXPECT_EQ(h.error_code(), ErrorCode::kInvalidArgument) << h.error_message();
-      EXPECT_NE(h.error_message().find("rank(s) 1 have joined"), std::string::npos) << h.error_message();
+      EXPECT_NE(h.error_message().find("rank(s) 1 have joined"), std::string::npos)
+          << h.error_message();
     }
     rt.join().wait();
   });

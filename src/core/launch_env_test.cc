@@ -17,18 +17,14 @@ void expect_env(const LaunchEnv& e, const char* launcher, int rank, int size, in
   EXPECT_EQ(e.local_size, local_size);
 }
 
-const Env kKolorun = {{"KOLO_RANK", "5"},
-                      {"KOLO_SIZE", "8"},
-                      {"KOLO_LOCAL_RANK", "1"},
-                      {"KOLO_LOCAL_SIZE", "4"}};
+const Env kKolorun = {
+    {"KOLO_RANK", "5"}, {"KOLO_SIZE", "8"}, {"KOLO_LOCAL_RANK", "1"}, {"KOLO_LOCAL_SIZE", "4"}};
 const Env kOpenMpi = {{"OMPI_COMM_WORLD_RANK", "3"},
                       {"OMPI_COMM_WORLD_SIZE", "6"},
                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}};
-const Env kPmi = {{"PMI_RANK", "2"},
-                  {"PMI_SIZE", "4"},
-                  {"MPI_LOCALRANKID", "0"},
-                  {"MPI_LOCALNRANKS", "2"}};
+const Env kPmi = {
+    {"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}};
 const Env kSlurm = {{"SLURM_PROCID", "7"},
                     {"SLURM_NTASKS", "12"},
                     {"SLURM_LOCALID", "3"},
@@ -52,9 +48,7 @@ TEST(LaunchEnvTest, Kolorun) {
   expect_env(detect_launch_env({{"KOLO_RANK", "2"}, {"KOLO_SIZE", "3"}}), "kolorun", 2, 3, 0, 3);
 }
 
-TEST(LaunchEnvTest, OpenMpi) {
-  expect_env(detect_launch_env(kOpenMpi), "mpirun", 3, 6, 0, 3);
-}
+TEST(LaunchEnvTest, OpenMpi) { expect_env(detect_launch_env(kOpenMpi), "mpirun", 3, 6, 0, 3); }
 
 TEST(LaunchEnvTest, MpichPmi) {
   expect_env(detect_launch_env(kPmi), "pmi", 2, 4, 0, 2);

@@ -7,22 +7,29 @@ namespace kolo::core {
 
 const char* op_name(OpType op) {
   switch (op) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kJoin: return "join";
+    case OpType::kAllreduce:
+      return "allreduce";
+    case OpType::kAllgather:
+      return "allgather";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kAlltoall:
+      return "alltoall";
+    case OpType::kReducescatter:
+      return "reducescatter";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kJoin:
+      return "join";
   }
   return "unknown-op";
 }
 
 bool Request::same_signature(const Request& o) const {
-  return name == o.name && process_set == o.process_set && op == o.op && dtype == o.dtype && device == o.device &&
-         reduce_op == o.reduce_op && root == o.root && prescale == o.prescale &&
-         postscale == o.postscale && wire_dtype == o.wire_dtype && shapes == o.shapes &&
-         splits == o.splits;
+  return name == o.name && process_set == o.process_set && op == o.op && dtype == o.dtype &&
+         device == o.device && reduce_op == o.reduce_op && root == o.root &&
+         prescale == o.prescale && postscale == o.postscale && wire_dtype == o.wire_dtype &&
+         shapes == o.shapes && splits == o.splits;
 }
 
 namespace {
@@ -109,7 +116,8 @@ bool valid(const Request& r) {
 bool valid(const Response& r) {
   return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
          static_cast<int>(r.wire_dtype) < kNumDataTypes && r.device <= DeviceKind::kCUDA &&
-         r.reduce_op <= ReduceOp::kProduct && r.error_code >= ErrorCode::kOk && r.error_code <= ErrorCode::kInternal;
+         r.reduce_op <= ReduceOp::kProduct && r.error_code >= ErrorCode::kOk &&
+         r.error_code <= ErrorCode::kInternal;
 }
 bool valid(ErrorCode c) { return c >= ErrorCode::kOk && c <= ErrorCode::kInternal; }
 
@@ -149,10 +157,10 @@ Status decode_requests(const std::string& bytes, std::vector<Request>* out) {
   out->clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     Request r;
-    if (!rd.pod(&r.rank) || !rd.pod(&r.process_set) || !rd.str(&r.name) || !rd.pod(&r.op) || !rd.pod(&r.dtype) ||
-        !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
-        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) || !rd.shapes(&r.shapes) ||
-        !rd.vec(&r.splits) || !valid(r)) {
+    if (!rd.pod(&r.rank) || !rd.pod(&r.process_set) || !rd.str(&r.name) || !rd.pod(&r.op) ||
+        !rd.pod(&r.dtype) || !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
+        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) ||
+        !rd.shapes(&r.shapes) || !rd.vec(&r.splits) || !valid(r)) {
       return corrupt("request");
     }
     out->push_back(std::move(r));
@@ -218,9 +226,9 @@ Status decode_response_list(const std::string& bytes, ResponseList* out) {
     Response r;
     if (!rd.pod(&r.op) || !rd.str(&r.name) || !rd.pod(&r.error_code) || !rd.str(&r.error) ||
         !rd.pod(&r.dtype) || !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
-        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) || !rd.shapes(&r.shapes) ||
-        !rd.vec(&r.first_dims) || !rd.vec(&r.splits) || !rd.vec(&r.joined_ranks) ||
-        !rd.pod(&r.last_joined) || !valid(r)) {
+        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) ||
+        !rd.shapes(&r.shapes) || !rd.vec(&r.first_dims) || !rd.vec(&r.splits) ||
+        !rd.vec(&r.joined_ranks) || !rd.pod(&r.last_joined) || !valid(r)) {
       return corrupt("response");
     }
     out->responses.push_back(std::move(r));

@@ -41,8 +41,8 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   DataType wire_dtype = DataType::kFloat32;  // allreduce: dtype on the wire (compression)
-  std::vector<Shape> shapes;         // one per tensor; grouped allreduce has several
-  std::vector<std::int64_t> splits;  // alltoall; empty = equal parts
+  std::vector<Shape> shapes;                 // one per tensor; grouped allreduce has several
+  std::vector<std::int64_t> splits;          // alltoall; empty = equal parts
 
   // Equal in everything but `rank`: the response cache's notion of "same request".
   bool same_signature(const Request& other) const;

@@ -104,7 +104,8 @@ ResponseList sample_response_list() {
   list.abort_code = ErrorCode::kStalled;
   list.abort_message = "stalled for 30 seconds";
   list.has_tunables = true;
-  list.tunables = Tunables{.fusion_threshold_bytes = 4 << 20, .cycle_time_ms = 2.5, .hierarchical = true};
+  list.tunables =
+      Tunables{.fusion_threshold_bytes = 4 << 20, .cycle_time_ms = 2.5, .hierarchical = true};
   return list;
 }
 
@@ -187,7 +188,8 @@ TEST(MessageTest, TrailingBytesAndBadMagicFail) {
   std::vector<Request> reqs;
   ResponseList list;
   EXPECT_FALSE(decode_requests(encode_requests(sample_requests()) + '\0', &reqs).ok());
-  EXPECT_FALSE(decode_response_list(encode_response_list(sample_response_list()) + 'x', &list).ok());
+  EXPECT_FALSE(
+      decode_response_list(encode_response_list(sample_response_list()) + 'x', &list).ok());
   std::string r = encode_requests(sample_requests());
   r[0] = static_cast<char>(r[0] + 1);
   EXPECT_FALSE(decode_requests(r, &reqs).ok());

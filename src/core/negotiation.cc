@@ -35,7 +35,8 @@ std::string by_value(const std::vector<Request>& reqs, F value) {
   }
   std::string s;
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    s += (i ? "; " : "") + groups[i].first + (groups[i].second.size() > 1 ? " on ranks " : " on rank ") +
+    s += (i ? "; " : "") + groups[i].first +
+         (groups[i].second.size() > 1 ? " on ranks " : " on rank ") +
          rank_list_string(groups[i].second);
   }
   return s;
@@ -150,8 +151,8 @@ std::string alltoall_splits(const std::vector<Request>& reqs, int size, const st
 
 }  // namespace
 
-Response make_response(const std::vector<Request>& reqs, const std::vector<std::int32_t>& all_joined,
-                       int size) {
+Response make_response(const std::vector<Request>& reqs,
+                       const std::vector<std::int32_t>& all_joined, int size) {
   const Request& first = reqs.front();
   // Only joined ranks that did not submit this name take part with zeros (a rank may
   // submit and then join in the same cycle).
@@ -171,15 +172,15 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
   }
   if (!all_same(reqs, [](const Request& r) { return r.dtype; })) {
     return error(first, ErrorCode::kMismatch,
-                 "Mismatched data types for " + what + ": " +
-                     by_value(reqs, [](const Request& r) { return std::string(dtype_name(r.dtype)); }) +
-                     ".");
+                 "Mismatched data types for " + what + ": " + by_value(reqs, [](const Request& r) {
+                   return std::string(dtype_name(r.dtype));
+                 }) + ".");
   }
   if (!all_same(reqs, [](const Request& r) { return r.device; })) {
     return error(first, ErrorCode::kMismatch,
-                 "Mismatched devices for " + what + ": " +
-                     by_value(reqs, [](const Request& r) { return std::string(device_kind_name(r.device)); }) +
-                     ". Either every rank passes a CPU tensor or every rank a GPU tensor.");
+                 "Mismatched devices for " + what + ": " + by_value(reqs, [](const Request& r) {
+                   return std::string(device_kind_name(r.device));
+                 }) + ". Either every rank passes a CPU tensor or every rank a GPU tensor.");
   }
 
   const bool needs_all = first.op == OpType::kAllgather || first.op == OpType::kBroadcast ||
@@ -209,7 +210,9 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
     case OpType::kReducescatter: {
       if (!all_same(reqs, [](const Request& r) { return r.reduce_op; })) {
         msg = "Mismatched reduce ops for " + what + ": " +
-              by_value(reqs, [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); }) + ".";
+              by_value(reqs,
+                       [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); }) +
+              ".";
       } else if (!all_same(reqs, [](const Request& r) { return r.prescale; })) {
         msg = "Mismatched prescale factors for " + what + ": " +
               by_value(reqs, [](const Request& r) { return num(r.prescale); }) + ".";
@@ -217,9 +220,10 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
         msg = "Mismatched postscale factors for " + what + ": " +
               by_value(reqs, [](const Request& r) { return num(r.postscale); }) + ".";
       } else if (!all_same(reqs, [](const Request& r) { return r.wire_dtype; })) {
-        msg = "Mismatched compression for " + what + " (wire dtype): " +
-              by_value(reqs, [](const Request& r) { return std::string(dtype_name(r.wire_dtype)); }) +
-              ". Every rank must pass the same AllreduceOptions::compression.";
+        msg =
+            "Mismatched compression for " + what + " (wire dtype): " +
+            by_value(reqs, [](const Request& r) { return std::string(dtype_name(r.wire_dtype)); }) +
+            ". Every rank must pass the same AllreduceOptions::compression.";
       } else if (first.op == OpType::kReducescatter &&
                  !(first.reduce_op == ReduceOp::kSum || first.reduce_op == ReduceOp::kAverage)) {
         return error(first, ErrorCode::kInvalidArgument,
@@ -229,8 +233,9 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
                  (first.reduce_op == ReduceOp::kAverage || first.prescale != 1.0 ||
                   first.postscale != 1.0)) {
         return error(first, ErrorCode::kInvalidArgument,
-                     what + ": bool tensors cannot be averaged or scaled; use sum (logical or), "
-                            "min or max.");
+                     what +
+                         ": bool tensors cannot be averaged or scaled; use sum (logical or), "
+                         "min or max.");
       } else if (first.op == OpType::kReducescatter && !(msg = check_zero_d(reqs, what)).empty()) {
         return error(first, ErrorCode::kInvalidArgument, msg);
       } else {
@@ -247,8 +252,9 @@ Response make_response(const std::vector<Request>& reqs, const std::vector<std::
               ". Every rank must name the same root.";
       } else if (first.root < 0 || first.root >= size) {
         return error(first, ErrorCode::kInvalidArgument,
-                     what + ": root rank " + std::to_string(first.root) + " is out of range; there are " +
-                         std::to_string(size) + " ranks (0 to " + std::to_string(size - 1) + ").");
+                     what + ": root rank " + std::to_string(first.root) +
+                         " is out of range; there are " + std::to_string(size) + " ranks (0 to " +
+                         std::to_string(size - 1) + ").");
       } else {
         msg = check_same_shapes(reqs, what);
       }

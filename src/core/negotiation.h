@@ -20,8 +20,8 @@ using Clock = std::chrono::steady_clock;
 // (sorted by rank). `joined` are the ranks that have called join() and take part in
 // allreduces with zeros. Returns an error response when ranks disagree or an argument is
 // invalid; the message names the tensor, the ranks and their values.
-Response make_response(const std::vector<Request>& requests, const std::vector<std::int32_t>& joined,
-                       int size);
+Response make_response(const std::vector<Request>& requests,
+                       const std::vector<std::int32_t>& joined, int size);
 
 // Rows of dim 0 that rank r keeps in a reducescatter of `rows` rows over `size` ranks:
 // the first rows % size ranks get one more.
@@ -56,8 +56,8 @@ class MessageTable {
 
   const int size_;
   std::unordered_map<std::string, Entry> entries_;
-  std::vector<std::string> order_;      // names in first-seen order
-  std::vector<std::int32_t> joined_;    // ranks in the order they joined
+  std::vector<std::string> order_;    // names in first-seen order
+  std::vector<std::int32_t> joined_;  // ranks in the order they joined
 };
 
 // "1, 3, 5" (at most 16 ranks, then "... (N more)").

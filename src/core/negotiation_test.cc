@@ -33,8 +33,8 @@ std::vector<Request> same(int n, OpType op = OpType::kAllreduce, Shape shape = {
                                     std::initializer_list<std::string> parts) {
   if (!resp.is_error()) return ::testing::AssertionFailure() << "not an error response";
   if (resp.error_code != code) {
-    return ::testing::AssertionFailure() << "code " << error_code_name(resp.error_code)
-                                         << ", message: " << resp.error;
+    return ::testing::AssertionFailure()
+           << "code " << error_code_name(resp.error_code) << ", message: " << resp.error;
   }
   for (const auto& p : parts) {
     if (resp.error.find(p) == std::string::npos) {
@@ -241,8 +241,8 @@ TEST(MakeResponseTest, BoolCannotBeAveragedOrScaled) {
 
 TEST(MakeResponseTest, JoinedRanks) {
   // Ops that need every rank fail, naming the joined rank.
-  for (OpType op : {OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
-                    OpType::kReducescatter}) {
+  for (OpType op :
+       {OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall, OpType::kReducescatter}) {
     std::vector<Request> reqs = {req(0, op, {4, 2}), req(2, op, {4, 2})};
     EXPECT_TRUE(is_error(make_response(reqs, {1}, 3), ErrorCode::kInvalidArgument,
                          {std::string(op_name(op)) + " 'x'", "rank(s) 1", "joined"}))

@@ -11,8 +11,8 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& request, int* bit) co
 
 bool ResponseCache::cacheable(const Response& r) {
   if (r.is_error() || !r.joined_ranks.empty()) return false;
-  return r.op == OpType::kAllreduce || r.op == OpType::kBroadcast ||
-         r.op == OpType::kAllgather || r.op == OpType::kReducescatter;
+  return r.op == OpType::kAllreduce || r.op == OpType::kBroadcast || r.op == OpType::kAllgather ||
+         r.op == OpType::kReducescatter;
 }
 
 int ResponseCache::put(const Response& response, const Request& request) {

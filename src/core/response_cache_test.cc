@@ -62,8 +62,8 @@ TEST(ResponseCacheTest, MissHitAndInvalid) {
 }
 
 TEST(ResponseCacheTest, CacheableRules) {
-  for (OpType op : {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather,
-                    OpType::kReducescatter}) {
+  for (OpType op :
+       {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather, OpType::kReducescatter}) {
     Response r = response("x");
     r.op = op;
     EXPECT_TRUE(ResponseCache::cacheable(r)) << op_name(op);

@@ -4,8 +4,8 @@
 
 #include "common/convert.h"
 #include "common/logging.h"
-#include "core/controller.h"
 #include "core/autotune.h"
+#include "core/controller.h"
 #include "core/executor.h"
 #include "core/fusion.h"
 
@@ -18,7 +18,9 @@ namespace {
 }
 
 void check_view(const TensorView& v, const std::string& what) {
-  if (v.numel() < 0) throw_error(ErrorCode::kInvalidArgument, what + " has a negative dimension " + shape_string(v.shape));
+  if (v.numel() < 0)
+    throw_error(ErrorCode::kInvalidArgument,
+                what + " has a negative dimension " + shape_string(v.shape));
   if (v.data == nullptr && v.numel() > 0) {
     throw_error(ErrorCode::kInvalidArgument,
                 what + " has " + std::to_string(v.numel()) + " elements but a null data pointer");
@@ -120,13 +122,15 @@ Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
   Request r;
   r.op = OpType::kAllreduce;
   r.name = o.name.empty() ? default_name(r.op) : o.name;
-  const std::string what = std::string(grouped ? "grouped allreduce '" : "allreduce '") + r.name + "'";
+  const std::string what =
+      std::string(grouped ? "grouped allreduce '" : "allreduce '") + r.name + "'";
   check_process_set(o.process_set, what);
   r.process_set = o.process_set;
   if (inputs.empty() || inputs.size() != outputs.size()) {
     throw_error(ErrorCode::kInvalidArgument,
                 what + ": got " + std::to_string(inputs.size()) + " inputs and " +
-                    std::to_string(outputs.size()) + " outputs; pass one output per input (at least one)");
+                    std::to_string(outputs.size()) +
+                    " outputs; pass one output per input (at least one)");
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorView& in = inputs[i];
@@ -139,8 +143,9 @@ Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
     }
     if (out.dtype != in.dtype || out.numel() != in.numel() || out.device != in.device) {
       throw_error(ErrorCode::kInvalidArgument,
-                  what + ": output " + std::string(dtype_name(out.dtype)) + shape_string(out.shape) +
-                      " does not match input " + dtype_name(in.dtype) + shape_string(in.shape) +
+                  what + ": output " + std::string(dtype_name(out.dtype)) +
+                      shape_string(out.shape) + " does not match input " + dtype_name(in.dtype) +
+                      shape_string(in.shape) +
                       "; they need the same dtype, device and number of elements");
     }
     r.shapes.push_back(in.shape);
@@ -284,7 +289,8 @@ void Runtime::mark_first_cycle(const std::vector<std::string>& names,
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& name : names) {
     auto it = table_.find(name);
-    if (it != table_.end() && it->second->first_cycle_end == std::chrono::steady_clock::time_point{}) {
+    if (it != table_.end() &&
+        it->second->first_cycle_end == std::chrono::steady_clock::time_point{}) {
       it->second->first_cycle_end = end;
     }
   }
@@ -332,8 +338,9 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
       const Response& r = *items[k].response;
       Timeline::Phases p;
       p.enqueued = entry->handle->times.enqueued;
-      p.first_cycle_end = entry->first_cycle_end == Timeline::Clock::time_point{} ? responded
-                                                                                 : entry->first_cycle_end;
+      p.first_cycle_end = entry->first_cycle_end == Timeline::Clock::time_point{}
+                              ? responded
+                              : entry->first_cycle_end;
       p.response = responded;
       p.pack_start = times.pack_start;
       p.comm_start = times.comm_start;
@@ -486,9 +493,10 @@ void Runtime::loop() {
         std::lock_guard<std::mutex> lock(mu_);
         waiting = !table_.empty();
       }
-      const auto heartbeat = waiting ? last_start + kHeartbeat : std::chrono::steady_clock::time_point::max();
-      want_stop = wait_for_cycle(*bell, cycle_number, must_cycle, heartbeat, last_start + cycle_time,
-                                 timeline, &requests, &taken);
+      const auto heartbeat =
+          waiting ? last_start + kHeartbeat : std::chrono::steady_clock::time_point::max();
+      want_stop = wait_for_cycle(*bell, cycle_number, must_cycle, heartbeat,
+                                 last_start + cycle_time, timeline, &requests, &taken);
     } else {
       want_stop = wait_for_work(std::max(idle_wait, cycle_time), last_start + cycle_time, timeline,
                                 &requests, &taken);
@@ -511,7 +519,8 @@ void Runtime::loop() {
       idle = idle && cycle.idle && cycle.responses.empty();
       fatal = cycle.fatal;
       shutdown = shutdown || cycle.shutdown;
-      for (const FusionGroup& group : plan_fusion(cycle.responses, tunables_.fusion_threshold_bytes)) {
+      for (const FusionGroup& group :
+           plan_fusion(cycle.responses, tunables_.fusion_threshold_bytes)) {
         if (!fatal.ok()) break;
         fatal = execute_group(controller.communicator(), cycle.responses, group, fusion_buffer,
                               transport::Clock::now() + peer_timeout, responded);
@@ -531,12 +540,14 @@ void Runtime::loop() {
       const auto since = [](std::chrono::steady_clock::time_point t) {
         return std::chrono::duration<double>(t.time_since_epoch()).count();
       };
-      auto change = autotuner->observe(busy_bytes, since(cycle_start), since(std::chrono::steady_clock::now()));
+      auto change = autotuner->observe(busy_bytes, since(cycle_start),
+                                       since(std::chrono::steady_clock::now()));
       if (change) sets.at(kGlobalProcessSet).propose(*change);
     }
     must_cycle = false;
     for (const auto& [id, controller] : sets) must_cycle = must_cycle || controller.wants_cycle();
-    idle_wait = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait * 2, kMaxIdleWait) : kMinIdleWait;
+    idle_wait = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait * 2, kMaxIdleWait)
+                     : kMinIdleWait;
     std::lock_guard<std::mutex> lock(mu_);
     fast_cycles_ = fast;
     slow_cycles_ = slow;
@@ -558,8 +569,9 @@ void Runtime::loop() {
     KOLO_LOG(kError, "runtime") << fatal.message();
     fail_all(fatal);
   } else {
-    fail_all(Status(ErrorCode::kShutdown,
-                    "kolo was shut down (kolo::shutdown() on some rank) while this operation was pending"));
+    fail_all(Status(
+        ErrorCode::kShutdown,
+        "kolo was shut down (kolo::shutdown() on some rank) while this operation was pending"));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -103,14 +103,16 @@ class Runtime {
   // into `taken` when `timeline`. Returns whether shutdown was requested.
   bool wait_for_work(std::chrono::steady_clock::duration idle_wait,
                      std::chrono::steady_clock::time_point not_before, bool timeline,
-                     std::map<int, std::vector<Request>>* requests, std::vector<std::string>* taken);
+                     std::map<int, std::vector<Request>>* requests,
+                     std::vector<std::string>* taken);
   // wait_for_work with a CycleBell: sleeps until this rank has new requests (or stop), or
   // another rank asked for cycle `done` + 1, or `heartbeat` passes (or `must_cycle`), and
   // then asks every rank for cycle `done` + 1 if nobody did yet.
   bool wait_for_cycle(transport::CycleBell& bell, std::uint64_t done, bool must_cycle,
                       std::chrono::steady_clock::time_point heartbeat,
                       std::chrono::steady_clock::time_point not_before, bool timeline,
-                      std::map<int, std::vector<Request>>* requests, std::vector<std::string>* taken);
+                      std::map<int, std::vector<Request>>* requests,
+                      std::vector<std::string>* taken);
   // Moves the new requests (unless held) into `requests` and their names into `taken`.
   void take_new_requests(bool timeline, std::map<int, std::vector<Request>>* requests,
                          std::vector<std::string>* taken);  // mu_ held
@@ -118,9 +120,11 @@ class Runtime {
   // (which stops the runtime); every other error only fails the group's handles.
   Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
                        const std::vector<std::size_t>& group, FusionBuffer& buffer,
-                       transport::Deadline deadline, std::chrono::steady_clock::time_point responded);
+                       transport::Deadline deadline,
+                       std::chrono::steady_clock::time_point responded);
   // Timeline: stamps the end of their first cycle on the entries named.
-  void mark_first_cycle(const std::vector<std::string>& names, std::chrono::steady_clock::time_point end);
+  void mark_first_cycle(const std::vector<std::string>& names,
+                        std::chrono::steady_clock::time_point end);
   void fail_all(const Status& status);
   std::shared_ptr<Entry> take(const std::string& name);
 
@@ -149,7 +153,7 @@ class Runtime {
   std::uint64_t cycles_ = 0;                                       // guarded by mu_
   // The communicator's bell while on-demand cycling runs (null otherwise or once the
   // communicator is gone); enqueue() and shutdown() ring it under mu_.
-  transport::CycleBell* bell_ = nullptr;                           // guarded by mu_
+  transport::CycleBell* bell_ = nullptr;  // guarded by mu_
   // Written by the background thread under mu_; read there without it.
   Tunables tunables_;
   std::vector<std::pair<std::uint64_t, Tunables>> tunables_history_;  // guarded by mu_

@@ -67,9 +67,11 @@ TEST(RuntimeTest, ManyOperationsInFlightAtOnce) {
 TEST(RuntimeTest, SteadyStateUsesTheResponseCache) {
   run_ranks(3, test_config(), [](int rank, Runtime& rt) {
     for (int step = 0; step < 30; ++step) {
-      std::vector<std::vector<float>> grads(5, std::vector<float>(8, static_cast<float>(rank + step)));
+      std::vector<std::vector<float>> grads(5,
+                                            std::vector<float>(8, static_cast<float>(rank + step)));
       std::vector<Handle> hs;
-      for (int g = 0; g < 5; ++g) hs.push_back(allreduce(rt, grads[g], sum("grad." + std::to_string(g))));
+      for (int g = 0; g < 5; ++g)
+        hs.push_back(allreduce(rt, grads[g], sum("grad." + std::to_string(g))));
       for (int g = 0; g < 5; ++g) {
         hs[g].wait();
         for (float x : grads[g]) ASSERT_EQ(x, 3.0f + 3 * step);
@@ -125,7 +127,8 @@ TEST(RuntimeTest, CachedNameWithNewShapeIsRenegotiated) {
     Handle h = allreduce(rt, v, sum("reshaped"));
     EXPECT_FALSE(h.wait_for(std::chrono::seconds(10)) && h.ok());
     EXPECT_EQ(h.error_code(), ErrorCode::kMismatch);
-    EXPECT_NE(h.error_message().find("[2] on rank 0; [3] on rank 1"), std::string::npos) << h.error_message();
+    EXPECT_NE(h.error_message().find("[2] on rank 0; [3] on rank 1"), std::string::npos)
+        << h.error_message();
   });
 }
 

@@ -29,7 +29,8 @@ void broadcast_parameters(const NamedTensors& named_parameters, int root) {
 
 std::string broadcast_object(const std::string& bytes, int root, const std::string& name) {
   const bool is_root = kolo::rank() == root;
-  torch::Tensor size = torch::tensor({static_cast<int64_t>(is_root ? bytes.size() : 0)}, torch::kLong);
+  torch::Tensor size =
+      torch::tensor({static_cast<int64_t>(is_root ? bytes.size() : 0)}, torch::kLong);
   BroadcastOptions o;
   o.root = root;
   o.name = object_name(name, "broadcast_object.size");
@@ -38,13 +39,15 @@ std::string broadcast_object(const std::string& bytes, int root, const std::stri
   if (is_root && !bytes.empty()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
   o.name = object_name(name, "broadcast_object.bytes");
   broadcast_(data, o);
-  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(data.numel()));
+  return std::string(static_cast<const char*>(data.data_ptr()),
+                     static_cast<std::size_t>(data.numel()));
 }
 
 std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name) {
   AllgatherOptions o;
   o.name = object_name(name, "allgather_object.size");
-  torch::Tensor sizes = allgather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong), o);
+  torch::Tensor sizes =
+      allgather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong), o);
   torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kByte);
   if (!bytes.empty()) std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
   o.name = object_name(name, "allgather_object.bytes");
@@ -70,7 +73,8 @@ torch::IValue unpickle(const std::string& s) {
 }  // namespace
 
 torch::IValue broadcast_object(const torch::IValue& value, int root, const std::string& name) {
-  return unpickle(broadcast_object(kolo::rank() == root ? pickle(value) : std::string(), root, name));
+  return unpickle(
+      broadcast_object(kolo::rank() == root ? pickle(value) : std::string(), root, name));
 }
 
 std::vector<torch::IValue> allgather_object(const torch::IValue& value, const std::string& name) {
@@ -106,7 +110,8 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root) {
   // libtorch's optimizer serialization carries the state tensors (step counts, moments);
   // loading it does not replace the groups' options, so they travel separately.
   broadcast_archive(
-      root, "optimizer_state", [&](auto& a) { optimizer.save(a); }, [&](auto& a) { optimizer.load(a); });
+      root, "optimizer_state", [&](auto& a) { optimizer.save(a); },
+      [&](auto& a) { optimizer.load(a); });
   auto& groups = optimizer.param_groups();
   for (std::size_t i = 0; i < groups.size(); ++i) {
     broadcast_archive(

@@ -23,7 +23,7 @@ struct DistributedOptimizer::Param {
   std::string name;
   torch::Tensor tensor;
   bool hooked = false;
-  unsigned hook = 0;                                  // tensor hook (before accumulation)
+  unsigned hook = 0;                                   // tensor hook (before accumulation)
   std::shared_ptr<torch::autograd::Node> accumulator;  // held so the post-hook stays
   std::uintptr_t post_hook = 0;
   int passes = 0;              // gradients seen since the last synchronize
@@ -61,15 +61,19 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   }
   if (options_.op != ReduceOp::kAverage && options_.op != ReduceOp::kSum) {
     throw Error(ErrorCode::kInvalidArgument,
-                std::string("DistributedOptimizer: op must be average or sum, got ") + reduce_op_name(options_.op));
+                std::string("DistributedOptimizer: op must be average or sum, got ") +
+                    reduce_op_name(options_.op));
   }
   if (options_.gradient_predivide_factor <= 0) {
-    throw Error(ErrorCode::kInvalidArgument, "DistributedOptimizer: gradient_predivide_factor must be > 0");
+    throw Error(ErrorCode::kInvalidArgument,
+                "DistributedOptimizer: gradient_predivide_factor must be > 0");
   }
   std::unordered_set<std::string> names;
   std::unordered_map<const void*, std::string> named;  // tensor -> its name
   for (const auto& item : named_parameters) {
-    if (item.key().empty()) throw Error(ErrorCode::kInvalidArgument, "DistributedOptimizer: a parameter has an empty name");
+    if (item.key().empty())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "DistributedOptimizer: a parameter has an empty name");
     if (!names.insert(item.key()).second) {
       throw Error(ErrorCode::kInvalidArgument,
                   "DistributedOptimizer: parameter name '" + item.key() +
@@ -128,7 +132,8 @@ void DistributedOptimizer::ensure_hooks() {
     if (p->hooked || !p->tensor.requires_grad()) continue;
     Param* param = p.get();
     p->accumulator = torch::autograd::impl::grad_accumulator(p->tensor);  // a leaf: never null
-    p->hook = p->tensor.register_hook([this, param](const torch::Tensor&) { before_accumulation(*param); });
+    p->hook = p->tensor.register_hook(
+        [this, param](const torch::Tensor&) { before_accumulation(*param); });
     p->post_hook = p->accumulator->add_post_hook(
         std::make_unique<AfterAccumulation>([this, param] { after_accumulation(*param); }));
     p->hooked = true;
@@ -138,12 +143,14 @@ void DistributedOptimizer::ensure_hooks() {
 void DistributedOptimizer::before_accumulation(Param& p) {
   if (p.submitted) {
     // Accumulating now would change .grad under its running allreduce.
-    throw Error(ErrorCode::kInvalidArgument,
-                "DistributedOptimizer: parameter '" + p.name + "' got a gradient after its allreduce started: more than backward_passes_per_step = " +
-                    std::to_string(options_.backward_passes_per_step) +
-                    " backward passes before step() or synchronize(); call step() after every " +
-                    std::to_string(options_.backward_passes_per_step) +
-                    " passes or raise backward_passes_per_step");
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "DistributedOptimizer: parameter '" + p.name +
+            "' got a gradient after its allreduce started: more than backward_passes_per_step = " +
+            std::to_string(options_.backward_passes_per_step) +
+            " backward passes before step() or synchronize(); call step() after every " +
+            std::to_string(options_.backward_passes_per_step) +
+            " passes or raise backward_passes_per_step");
   }
   ++p.passes;
 }

@@ -44,7 +44,8 @@ torch::Tensor from_kolo(Tensor&& t, const torch::Device& device) {
   auto options = torch::TensorOptions().dtype(to_torch_dtype(owner->dtype()));
   torch::Tensor out = owner->nbytes() == 0
                           ? torch::empty(owner->shape(), options)
-                          : torch::from_blob(owner->data(), owner->shape(), [owner](void*) {}, options);
+                          : torch::from_blob(
+                                owner->data(), owner->shape(), [owner](void*) {}, options);
   return device.is_cpu() ? out : out.to(device);
 }
 
@@ -57,15 +58,24 @@ std::shared_ptr<void> hold(T... tensors) {
 
 DataType to_kolo_dtype(torch::ScalarType type) {
   switch (type) {
-    case torch::kFloat: return DataType::kFloat32;
-    case torch::kDouble: return DataType::kFloat64;
-    case torch::kHalf: return DataType::kFloat16;
-    case torch::kBFloat16: return DataType::kBFloat16;
-    case torch::kChar: return DataType::kInt8;
-    case torch::kByte: return DataType::kUInt8;
-    case torch::kInt: return DataType::kInt32;
-    case torch::kLong: return DataType::kInt64;
-    case torch::kBool: return DataType::kBool;
+    case torch::kFloat:
+      return DataType::kFloat32;
+    case torch::kDouble:
+      return DataType::kFloat64;
+    case torch::kHalf:
+      return DataType::kFloat16;
+    case torch::kBFloat16:
+      return DataType::kBFloat16;
+    case torch::kChar:
+      return DataType::kInt8;
+    case torch::kByte:
+      return DataType::kUInt8;
+    case torch::kInt:
+      return DataType::kInt32;
+    case torch::kLong:
+      return DataType::kInt64;
+    case torch::kBool:
+      return DataType::kBool;
     default:
       throw Error(ErrorCode::kInvalidArgument,
                   std::string("torch dtype ") + c10::toString(type) +
@@ -76,15 +86,24 @@ DataType to_kolo_dtype(torch::ScalarType type) {
 
 torch::ScalarType to_torch_dtype(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return torch::kFloat;
-    case DataType::kFloat64: return torch::kDouble;
-    case DataType::kFloat16: return torch::kHalf;
-    case DataType::kBFloat16: return torch::kBFloat16;
-    case DataType::kInt8: return torch::kChar;
-    case DataType::kUInt8: return torch::kByte;
-    case DataType::kInt32: return torch::kInt;
-    case DataType::kInt64: return torch::kLong;
-    case DataType::kBool: return torch::kBool;
+    case DataType::kFloat32:
+      return torch::kFloat;
+    case DataType::kFloat64:
+      return torch::kDouble;
+    case DataType::kFloat16:
+      return torch::kHalf;
+    case DataType::kBFloat16:
+      return torch::kBFloat16;
+    case DataType::kInt8:
+      return torch::kChar;
+    case DataType::kUInt8:
+      return torch::kByte;
+    case DataType::kInt32:
+      return torch::kInt;
+    case DataType::kInt64:
+      return torch::kLong;
+    case DataType::kBool:
+      return torch::kBool;
   }
   return torch::kFloat;
 }
@@ -224,7 +243,8 @@ struct AllreduceFn : torch::autograd::Function<AllreduceFn> {
 };
 
 struct AllgatherFn : torch::autograd::Function<AllgatherFn> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, const std::string& name) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t,
+                               const std::string& name) {
     ctx->saved_data["rows"] = t.dim() > 0 ? t.size(0) : int64_t{1};
     ctx->saved_data["name"] = name;
     AllgatherOptions o;
@@ -266,7 +286,9 @@ struct BroadcastFn : torch::autograd::Function<BroadcastFn> {
   }
 };
 
-bool differentiable(const torch::Tensor& t) { return t.requires_grad() && torch::GradMode::is_enabled(); }
+bool differentiable(const torch::Tensor& t) {
+  return t.requires_grad() && torch::GradMode::is_enabled();
+}
 
 }  // namespace
 
@@ -284,7 +306,8 @@ torch::Tensor allgather(const torch::Tensor& tensor, const AllgatherOptions& o) 
 }
 
 torch::Tensor broadcast(const torch::Tensor& tensor, const BroadcastOptions& o) {
-  if (differentiable(tensor)) return BroadcastFn::apply(tensor, static_cast<int64_t>(o.root), o.name);
+  if (differentiable(tensor))
+    return BroadcastFn::apply(tensor, static_cast<int64_t>(o.root), o.name);
   torch::Tensor out = tensor.clone();
   broadcast_async_(out, o).wait();
   return out;

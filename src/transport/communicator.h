@@ -64,8 +64,8 @@ class Communicator {
                            Deadline deadline) = 0;
   // Rank r contributes recv_bytes[r] bytes from `send`; `recv` receives all contributions
   // concatenated in rank order.
-  virtual Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
-                            Deadline deadline) = 0;
+  virtual Status allgatherv(const void* send, void* recv,
+                            const std::vector<std::size_t>& recv_bytes, Deadline deadline) = 0;
   virtual Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) = 0;
   // send_bytes[r] bytes go to rank r (consecutive in `send`, rank order); recv_bytes[r]
   // bytes come from rank r (consecutive in `recv`, rank order).

@@ -8,14 +8,14 @@
 //                           (what an idle runtime costs)
 //   mp_worker die           the last rank kills itself (SIGKILL) while the others wait in
 //                           an allreduce; they must fail with kPeerFailure naming it
+#include <sys/resource.h>
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <thread>
 
@@ -32,22 +32,26 @@ using kolo::core::testing::test_value;
 
 int g_failures = 0;
 
-#define CHECK(cond, ...)                                            \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      ++g_failures;                                                 \
-      std::fprintf(stderr, "check failed at line %d: ", __LINE__);  \
-      std::fprintf(stderr, __VA_ARGS__);                            \
-      std::fprintf(stderr, "\n");                                   \
-    }                                                               \
+#define CHECK(cond, ...)                                           \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      ++g_failures;                                                \
+      std::fprintf(stderr, "check failed at line %d: ", __LINE__); \
+      std::fprintf(stderr, __VA_ARGS__);                           \
+      std::fprintf(stderr, "\n");                                  \
+    }                                                              \
   } while (0)
 
 double fold(ReduceOp op, double a, double b) {
   switch (op) {
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return a * b;
-    default: return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
+    default:
+      return a + b;
   }
 }
 
@@ -71,10 +75,11 @@ void check_allreduce(int rank, int n) {
     // Submit in a rank-dependent (rotated) order: negotiation must line them up.
     for (std::size_t k = 0; k < in_flight.size(); ++k) {
       Op& o = in_flight[(k + static_cast<std::size_t>(rank) * 5) % in_flight.size()];
-      for (std::int64_t i = 0; i < count; ++i) set_value(o.t.data(), o.dtype, i, test_value(rank, i, o.dtype, o.op));
+      for (std::int64_t i = 0; i < count; ++i)
+        set_value(o.t.data(), o.dtype, i, test_value(rank, i, o.dtype, o.op));
       o.h = kolo::allreduce_async(o.t.view(), o.t.view(),
-                                  {.name = std::string("ar.") + kolo::dtype_name(o.dtype) + kolo::reduce_op_name(o.op) +
-                                           std::to_string(count),
+                                  {.name = std::string("ar.") + kolo::dtype_name(o.dtype) +
+                                           kolo::reduce_op_name(o.op) + std::to_string(count),
                                    .op = o.op});
     }
     for (auto& o : in_flight) {
@@ -88,7 +93,8 @@ void check_allreduce(int rank, int n) {
         const double got = get_value(o.t.data(), o.dtype, i);
         const double tol = is_float ? 1e-2 * std::abs(want) + 1e-3 : 0;
         if (std::abs(got - want) > tol) {
-          CHECK(false, "%s element %lld: got %g want %g", o.h.name().c_str(), static_cast<long long>(i), got, want);
+          CHECK(false, "%s element %lld: got %g want %g", o.h.name().c_str(),
+                static_cast<long long>(i), got, want);
           break;
         }
       }
@@ -101,10 +107,12 @@ void check_others(int rank, int n) {
   kolo::Tensor mine(DataType::kInt64, {rank + 1, 2});
   for (std::int64_t i = 0; i < mine.numel(); ++i) mine.data_as<std::int64_t>()[i] = rank * 100 + i;
   kolo::Tensor all = kolo::allgather(mine.view(), {.name = "ag"});
-  CHECK(all.shape()[0] == n * (n + 1) / 2, "allgather rows %lld", static_cast<long long>(all.shape()[0]));
+  CHECK(all.shape()[0] == n * (n + 1) / 2, "allgather rows %lld",
+        static_cast<long long>(all.shape()[0]));
   std::int64_t k = 0;
   for (int r = 0; r < n; ++r) {
-    for (std::int64_t i = 0; i < (r + 1) * 2; ++i, ++k) CHECK(all.data_as<std::int64_t>()[k] == r * 100 + i, "allgather value");
+    for (std::int64_t i = 0; i < (r + 1) * 2; ++i, ++k)
+      CHECK(all.data_as<std::int64_t>()[k] == r * 100 + i, "allgather value");
   }
   // broadcast from the last rank
   std::vector<float> b(1000, static_cast<float>(rank));
@@ -116,9 +124,11 @@ void check_others(int rank, int n) {
   std::int64_t rows = 0;
   for (int j = 0; j < n; ++j) splits.push_back(j + 1), rows += j + 1;
   kolo::Tensor send(DataType::kInt32, {rows});
-  for (std::int64_t i = 0; i < rows; ++i) send.data_as<std::int32_t>()[i] = rank * 1000 + static_cast<int>(i);
+  for (std::int64_t i = 0; i < rows; ++i)
+    send.data_as<std::int32_t>()[i] = rank * 1000 + static_cast<int>(i);
   kolo::AlltoallResult a = kolo::alltoall(send.view(), {.name = "a2a", .splits = splits});
-  CHECK(a.output.numel() == n * (rank + 1), "alltoall rows %lld", static_cast<long long>(a.output.numel()));
+  CHECK(a.output.numel() == n * (rank + 1), "alltoall rows %lld",
+        static_cast<long long>(a.output.numel()));
   for (int r = 0; r < n; ++r) CHECK(a.received_splits[r] == rank + 1, "received split");
   // reducescatter with rows that do not divide evenly
   const std::int64_t rs_rows = 2 * n + 1;
@@ -130,24 +140,27 @@ void check_others(int rank, int n) {
   for (int r = 0; r < rank; ++r) first += rs_rows / n + (r < rs_rows % n ? 1 : 0);
   CHECK(rs.shape()[0] == my_rows, "reducescatter rows");
   for (std::int64_t i = 0; i < my_rows * 3; ++i) {
-    CHECK(rs.data_as<double>()[i] == n * (n - 1) / 2.0 + n * double(first * 3 + i), "reducescatter value");
+    CHECK(rs.data_as<double>()[i] == n * (n - 1) / 2.0 + n * double(first * 3 + i),
+          "reducescatter value");
   }
   // a mismatch fails on every rank, and the job goes on
   std::vector<float> bad(rank == 0 ? 3 : 4, 1.0f);
   if (n > 1) try {
-    kolo::allreduce(kolo::TensorView{bad.data(), DataType::kFloat32, {static_cast<std::int64_t>(bad.size())}},
-                    {.name = "mismatch"});
-    CHECK(false, "mismatched shapes were accepted");
-  } catch (const kolo::Error& e) {
-    CHECK(e.code() == kolo::ErrorCode::kMismatch, "wrong code for mismatch: %s", e.what());
-  }
+      kolo::allreduce(
+          kolo::TensorView{bad.data(), DataType::kFloat32, {static_cast<std::int64_t>(bad.size())}},
+          {.name = "mismatch"});
+      CHECK(false, "mismatched shapes were accepted");
+    } catch (const kolo::Error& e) {
+      CHECK(e.code() == kolo::ErrorCode::kMismatch, "wrong code for mismatch: %s", e.what());
+    }
   // join: the last rank runs out of data first; the others still allreduce
   if (rank == n - 1) {
     const int last = kolo::join();
     CHECK(last >= 0 && last < n - 1 + (n == 1), "join returned %d", last);
   } else {
     std::vector<float> g(10, 1.0f);
-    kolo::allreduce(kolo::TensorView{g.data(), DataType::kFloat32, {10}}, {.name = "after-join", .op = ReduceOp::kSum});
+    kolo::allreduce(kolo::TensorView{g.data(), DataType::kFloat32, {10}},
+                    {.name = "after-join", .op = ReduceOp::kSum});
     CHECK(g[0] == n - 1, "allreduce with a joined rank: %g", g[0]);
     // Averaged and postscaled, fused with a second tensor: the joined rank packs zeros
     // while the others reduce their tensors in place (shm: gather/scatter), in one
@@ -182,8 +195,8 @@ void run_autotune(int rank, int n) {
     kolo::Handle hb = kolo::allreduce_async(vb, vb, {.name = "tune.b", .op = ReduceOp::kSum});
     ha.wait();
     hb.wait();
-    CHECK(a[999] == n * (n + 1) / 2.0f && b[0] == static_cast<float>(n),
-          "step %d: got %g and %g", step, a[999], b[0]);
+    CHECK(a[999] == n * (n + 1) / 2.0f && b[0] == static_cast<float>(n), "step %d: got %g and %g",
+          step, a[999], b[0]);
   }
   kolo::shutdown();  // closes the log
   const char* path = std::getenv("KOLO_AUTOTUNE_LOG");
@@ -199,7 +212,8 @@ void run_autotune(int rank, int n) {
     long long threshold;
     double cycle;
     int hier;
-    if (std::sscanf(line, "%*d,%31[a-z],%lld,%lf,%d", phase, &threshold, &cycle, &hier) != 4) continue;
+    if (std::sscanf(line, "%*d,%31[a-z],%lld,%lf,%d", phase, &threshold, &cycle, &hier) != 4)
+      continue;
     const std::string p = phase;
     if (p == "search") (hier ? hierarchical : flat)++;
     if (p == "settled") ++settled;
@@ -226,7 +240,8 @@ int run_die(int rank, int n) {
     std::fprintf(stderr, "rank %d: allreduce completed without the dead rank\n", rank);
     return 1;
   } catch (const kolo::Error& e) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "rank %d: peer failure after %.1f s: %s\n", rank, s, e.what());
     // Exit without kolo::shutdown(): the transport is broken.
     std::_Exit(e.code() == kolo::ErrorCode::kPeerFailure ? 3 : 1);
@@ -241,17 +256,21 @@ int main(int argc, char** argv) {
     kolo::init();
     const int rank = kolo::rank(), n = kolo::size();
     if (mode == "topology") {
-      const char* env[] = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE"};
-      std::printf("topology rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d", rank, n,
-                  kolo::local_rank(), kolo::local_size(), kolo::cross_rank(), kolo::cross_size());
+      const char* env[] = {"KOLO_RANK",       "KOLO_SIZE",       "KOLO_LOCAL_RANK",
+                           "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE"};
+      std::printf(
+          "topology rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d", rank,
+          n, kolo::local_rank(), kolo::local_size(), kolo::cross_rank(), kolo::cross_size());
       for (const char* e : env) std::printf(" %s=%s", e, std::getenv(e) ? std::getenv(e) : "unset");
       std::printf("\n");
     } else if (mode == "idle") {
       std::this_thread::sleep_for(std::chrono::seconds(3));
       rusage u;
       getrusage(RUSAGE_SELF, &u);
-      const double cpu = u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-      std::printf("rank %d idle for 3 s used %.3f s of CPU (%.1f%% of a core)\n", rank, cpu, cpu / 3 * 100);
+      const double cpu =
+          u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+      std::printf("rank %d idle for 3 s used %.3f s of CPU (%.1f%% of a core)\n", rank, cpu,
+                  cpu / 3 * 100);
     } else if (mode == "die") {
       return run_die(rank, n);
     } else if (mode == "autotune") {

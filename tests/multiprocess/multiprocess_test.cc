@@ -35,13 +35,16 @@ TEST_P(Workers, TopologyMatchesTheLauncherEnvironment) {
   std::vector<bool> seen(n, false);
   for (const auto& line : lines_of(r.out)) {
     // [p] topology rank=.. size=.. local_rank=.. local_size=.. cross_rank=.. cross_size=..
-    //     KOLO_RANK=.. KOLO_SIZE=.. KOLO_LOCAL_RANK=.. KOLO_LOCAL_SIZE=.. KOLO_CROSS_RANK=.. KOLO_CROSS_SIZE=..
+    //     KOLO_RANK=.. KOLO_SIZE=.. KOLO_LOCAL_RANK=.. KOLO_LOCAL_SIZE=.. KOLO_CROSS_RANK=..
+    //     KOLO_CROSS_SIZE=..
     int p, v[6], e[6];
-    if (std::sscanf(line.c_str(),
-                    "[%d] topology rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d "
-                    "KOLO_RANK=%d KOLO_SIZE=%d KOLO_LOCAL_RANK=%d KOLO_LOCAL_SIZE=%d KOLO_CROSS_RANK=%d "
-                    "KOLO_CROSS_SIZE=%d",
-                    &p, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &e[0], &e[1], &e[2], &e[3], &e[4], &e[5]) != 13) {
+    if (std::sscanf(
+            line.c_str(),
+            "[%d] topology rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d "
+            "KOLO_RANK=%d KOLO_SIZE=%d KOLO_LOCAL_RANK=%d KOLO_LOCAL_SIZE=%d KOLO_CROSS_RANK=%d "
+            "KOLO_CROSS_SIZE=%d",
+            &p, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &e[0], &e[1], &e[2], &e[3], &e[4],
+            &e[5]) != 13) {
       continue;
     }
     const int rank = v[0];
@@ -52,7 +55,8 @@ TEST_P(Workers, TopologyMatchesTheLauncherEnvironment) {
     for (int k = 0; k < 6; ++k) EXPECT_EQ(v[k], e[k]) << "runtime vs environment: " << line;
     EXPECT_EQ(v[2], rank) << "one host: local rank = rank: " << line;
   }
-  for (int k = 0; k < n; ++k) EXPECT_TRUE(seen[k]) << "no topology line from rank " << k << "\n" << r.out;
+  for (int k = 0; k < n; ++k)
+    EXPECT_TRUE(seen[k]) << "no topology line from rank " << k << "\n" << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kolorun, Workers, ::testing::Values(2, 3, 4),
@@ -61,13 +65,15 @@ INSTANTIATE_TEST_SUITE_P(Kolorun, Workers, ::testing::Values(2, 3, 4),
 // kill -9 of one worker while the others wait in an allreduce: the others fail within the
 // peer timeout naming it, and kolorun exits non-zero naming it.
 TEST(KilledWorker, OthersFailNamingItAndKolorunExitsNonZero) {
-  auto r = run_kolorun({"-np", "3", KOLO_MP_WORKER, "die"}, 60, {{"KOLO_PEER_TIMEOUT_SECONDS", "2"}});
+  auto r =
+      run_kolorun({"-np", "3", KOLO_MP_WORKER, "die"}, 60, {{"KOLO_PEER_TIMEOUT_SECONDS", "2"}});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("kolorun: rank 2 (host"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
   for (int survivor : {0, 1}) {
-    const std::string prefix = "[" + std::to_string(survivor) + "] rank " + std::to_string(survivor) + ": peer failure";
+    const std::string prefix =
+        "[" + std::to_string(survivor) + "] rank " + std::to_string(survivor) + ": peer failure";
     bool found = false;
     for (const auto& l : lines_of(r.err)) {
       if (l.find(prefix) != std::string::npos) {

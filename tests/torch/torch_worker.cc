@@ -74,9 +74,9 @@ using MakeOpt = std::function<std::unique_ptr<torch::optim::Optimizer>(Net&)>;
 // compares the parameters. `local_loss` / `reference_loss` define the objective.
 using BeforeStep = std::function<void(int step, Net& net)>;
 
-void train_and_compare(const std::string& what, const MakeOpt& make_opt, DistributedOptimizerOptions options,
-                       int steps, double rtol, double atol, bool use_extra_on_rank0 = false,
-                       const BeforeStep& before_step = nullptr,
+void train_and_compare(const std::string& what, const MakeOpt& make_opt,
+                       DistributedOptimizerOptions options, int steps, double rtol, double atol,
+                       bool use_extra_on_rank0 = false, const BeforeStep& before_step = nullptr,
                        const torch::Device& device = torch::kCPU) {
   const int n = kolo::size(), rank = kolo::rank();
   const int per_rank = 6;
@@ -95,7 +95,8 @@ void train_and_compare(const std::string& what, const MakeOpt& make_opt, Distrib
     }
     // Distributed: this rank's rows, split into `passes` micro-batches.
     dopt.zero_grad();
-    auto mx = x.narrow(0, rank * per_rank, per_rank).to(device), my = y.narrow(0, rank * per_rank, per_rank).to(device);
+    auto mx = x.narrow(0, rank * per_rank, per_rank).to(device),
+         my = y.narrow(0, rank * per_rank, per_rank).to(device);
     const int micro = per_rank / passes;
     for (int p = 0; p < passes; ++p) {
       auto px = mx.narrow(0, p * micro, micro), py = my.narrow(0, p * micro, micro);
@@ -122,11 +123,14 @@ void train_and_compare(const std::string& what, const MakeOpt& make_opt, Distrib
 
 MakeOpt sgd() {
   return [](Net& net) {
-    return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    return std::make_unique<torch::optim::SGD>(net->parameters(),
+                                               torch::optim::SGDOptions(0.1).momentum(0.9));
   };
 }
 MakeOpt adam() {
-  return [](Net& net) { return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01)); };
+  return [](Net& net) {
+    return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+  };
 }
 
 void check_equivalence() {
@@ -190,7 +194,8 @@ void check_bad_names() {
   expect_error([&] { DistributedOptimizer d(opt, partial, {}); }, "not among the named parameters");
   kolo::NamedTensors twice = net->named_parameters();
   twice.insert("alias", net->fc1->weight);  // one tensor under two names
-  expect_error([&] { DistributedOptimizer d(opt, twice, {}); }, "'alias' and 'fc1.weight' are the same tensor");
+  expect_error([&] { DistributedOptimizer d(opt, twice, {}); },
+               "'alias' and 'fc1.weight' are the same tensor");
   kolo::NamedTensors empty_name;
   empty_name.insert("", net->fc1->weight);
   torch::optim::SGD one(std::vector<torch::Tensor>{net->fc1->weight}, 0.1);
@@ -224,7 +229,9 @@ void check_overlap() {
     model->forward(x).pow(2).mean().backward();
     const auto backward_end = kolo::Handle::Clock::now();
     dopt.step();
-    for (const auto& t : dopt.last_times()) overlapped = overlapped || (t.started != kolo::Handle::Clock::time_point{} && t.started < backward_end);
+    for (const auto& t : dopt.last_times())
+      overlapped = overlapped ||
+                   (t.started != kolo::Handle::Clock::time_point{} && t.started < backward_end);
     everywhere = kolo::allreduce(torch::tensor({overlapped ? 1 : 0}),
                                  {.name = "overlap.everywhere", .op = kolo::ReduceOp::kMin})
                      .item<int>() == 1;
@@ -254,7 +261,8 @@ void check_in_place_and_extra_backward() {
   try {
     loss().backward();
   } catch (const std::exception& e) {
-    refused = std::string(e.what()).find("more than backward_passes_per_step = 1") != std::string::npos;
+    refused =
+        std::string(e.what()).find("more than backward_passes_per_step = 1") != std::string::npos;
     if (!refused) throw Failure(std::string("unexpected error: ") + e.what());
   }
   expect(refused, "a second backward before step() was accepted");
@@ -278,7 +286,8 @@ void check_broadcasts() {
   kolo::broadcast_parameters(net->named_parameters(), 0);
   Net root = make_net(100);
   for (const auto& item : root->named_parameters()) {
-    expect(torch::equal(net->named_parameters()[item.key()], item.value()), "broadcast_parameters: " + item.key());
+    expect(torch::equal(net->named_parameters()[item.key()], item.value()),
+           "broadcast_parameters: " + item.key());
   }
   // Optimizer state: root has stepped (state) and uses lr 0.05; the others lr 0.5.
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(rank == 0 ? 0.05 : 0.5));
@@ -296,13 +305,17 @@ void check_broadcasts() {
   opt.save(archive);
   std::ostringstream bytes;
   archive.save_to(bytes);
-  auto all = kolo::allgather_object(torch::IValue(static_cast<int64_t>(opt.state().size())), "state-size");
-  for (const auto& v : all) expect(v.toInt() == all[0].toInt() && v.toInt() > 0, "optimizer state sizes differ");
+  auto all =
+      kolo::allgather_object(torch::IValue(static_cast<int64_t>(opt.state().size())), "state-size");
+  for (const auto& v : all)
+    expect(v.toInt() == all[0].toInt() && v.toInt() > 0, "optimizer state sizes differ");
   // Objects.
-  std::string msg = kolo::broadcast_object(rank == 0 ? std::string("hello from root\0!", 17) : "", 0, "bytes");
+  std::string msg =
+      kolo::broadcast_object(rank == 0 ? std::string("hello from root\0!", 17) : "", 0, "bytes");
   expect(msg == std::string("hello from root\0!", 17), "broadcast_object bytes");
   auto gathered = kolo::allgather_object(std::string(rank + 1, 'a' + rank), "gather-bytes");
-  for (int r = 0; r < kolo::size(); ++r) expect(gathered[r] == std::string(r + 1, 'a' + r), "allgather_object bytes");
+  for (int r = 0; r < kolo::size(); ++r)
+    expect(gathered[r] == std::string(r + 1, 'a' + r), "allgather_object bytes");
   c10::Dict<std::string, int64_t> d;
   d.insert("epoch", 7 + rank);
   auto v = kolo::broadcast_object(torch::IValue(d), 0, "dict");
@@ -318,7 +331,9 @@ void check_autograd_on(const torch::Device& device, const std::string& prefix) {
   torch::Tensor sum_c = torch::zeros({4}, torch::kDouble);
   for (int r = 0; r < n; ++r) sum_c += c(r);
   auto x = torch::ones({4}, on).requires_grad_(true);
-  (kolo::allreduce(x, {.name = prefix + "x", .op = kolo::ReduceOp::kSum}) * c(rank).to(device)).sum().backward();
+  (kolo::allreduce(x, {.name = prefix + "x", .op = kolo::ReduceOp::kSum}) * c(rank).to(device))
+      .sum()
+      .backward();
   expect_close(x.grad(), sum_c, 1e-12, 1e-12, "allreduce gradient");
   // allgather: y = concat(x_r) with rank r contributing r + 1 rows; the gradient is this
   // rank's rows of the average over ranks of d loss_k / dy (Horovod's convention).
@@ -326,17 +341,21 @@ void check_autograd_on(const torch::Device& device, const std::string& prefix) {
   auto yg = kolo::allgather(xg, {.name = prefix + "gather"});
   expect(yg.device() == device, "allgather result on the input's device");
   const int64_t rows = yg.size(0);
-  auto cg = [&](int r) { return torch::arange(rows * 2, torch::kDouble).reshape({rows, 2}) * (r + 1); };
+  auto cg = [&](int r) {
+    return torch::arange(rows * 2, torch::kDouble).reshape({rows, 2}) * (r + 1);
+  };
   (yg * cg(rank).to(device)).sum().backward();
   torch::Tensor avg = torch::zeros({rows, 2}, torch::kDouble);
   for (int r = 0; r < n; ++r) avg += cg(r) / n;
-  expect_close(xg.grad(), avg.narrow(0, rank * (rank + 1) / 2, rank + 1), 1e-12, 1e-12, "allgather gradient");
+  expect_close(xg.grad(), avg.narrow(0, rank * (rank + 1) / 2, rank + 1), 1e-12, 1e-12,
+               "allgather gradient");
   // broadcast from root 0: the root's gradient is the average of the ranks' gradients,
   // the others' zero.
   auto xb = torch::ones({3}, on).requires_grad_(true);
   (kolo::broadcast(xb, {.name = prefix + "bcast", .root = 0}) * (rank + 1.0)).sum().backward();
   const double want = rank == 0 ? (n + 1) / 2.0 : 0.0;
-  expect_close(xb.grad(), torch::full({3}, want, torch::kDouble), 1e-12, 1e-12, "broadcast gradient");
+  expect_close(xb.grad(), torch::full({3}, want, torch::kDouble), 1e-12, 1e-12,
+               "broadcast gradient");
 }
 
 void check_autograd() { check_autograd_on(torch::kCPU, "ag."); }
@@ -356,8 +375,8 @@ void check_cuda() {
   torch::Tensor base = torch::arange(12, on.dtype(torch::kDouble)).reshape({3, 4}) * (rank + 1);
   torch::Tensor view = base.t();
   kolo::allreduce_(view, {.name = "cuda.inplace", .op = kolo::ReduceOp::kSum});
-  expect_close(base, torch::arange(12, torch::kDouble).reshape({3, 4}) * (n * (n + 1) / 2), 1e-12, 1e-12,
-               "cuda in-place allreduce of a transposed view");
+  expect_close(base, torch::arange(12, torch::kDouble).reshape({3, 4}) * (n * (n + 1) / 2), 1e-12,
+               1e-12, "cuda in-place allreduce of a transposed view");
   torch::Tensor b = torch::full({5}, static_cast<float>(rank), on);
   kolo::broadcast_(b, {.name = "cuda.bcast", .root = n - 1});
   expect(b.device() == device, "broadcast_ keeps the device");
@@ -375,10 +394,13 @@ void check_tensor_ops() {
                      torch::kByte, torch::kInt, torch::kLong}) {
     auto base = (torch::arange(12) % 5).reshape({3, 4}).to(dtype);
     auto t = base.t();  // non-contiguous view
-    auto r = kolo::allreduce(t, {.name = std::string("ops.sum.") + c10::toString(dtype), .op = kolo::ReduceOp::kSum});
-    expect(torch::equal(r, (t.to(torch::kLong) * n).to(dtype)), std::string("allreduce of ") + c10::toString(dtype));
+    auto r = kolo::allreduce(
+        t, {.name = std::string("ops.sum.") + c10::toString(dtype), .op = kolo::ReduceOp::kSum});
+    expect(torch::equal(r, (t.to(torch::kLong) * n).to(dtype)),
+           std::string("allreduce of ") + c10::toString(dtype));
     auto in_place = base.t();
-    kolo::allreduce_(in_place, {.name = std::string("ops.max.") + c10::toString(dtype), .op = kolo::ReduceOp::kMax});
+    kolo::allreduce_(in_place, {.name = std::string("ops.max.") + c10::toString(dtype),
+                                .op = kolo::ReduceOp::kMax});
     expect(torch::equal(in_place, t), "in-place allreduce max");
     expect(torch::equal(base.t(), in_place), "in-place allreduce writes through the view");
   }
@@ -388,14 +410,18 @@ void check_tensor_ops() {
   auto g = kolo::allgather(torch::full({rank + 1, 2}, rank, torch::kInt));
   expect(g.size(0) == n * (n + 1) / 2 && g[g.size(0) - 1][0].item<int>() == n - 1, "allgather");
   std::vector<int64_t> splits(n, 1);
-  auto a2a = kolo::alltoall(torch::arange(n).to(torch::kLong) + 10 * rank, {.name = "ops.a2a", .splits = splits});
+  auto a2a = kolo::alltoall(torch::arange(n).to(torch::kLong) + 10 * rank,
+                            {.name = "ops.a2a", .splits = splits});
   for (int r = 0; r < n; ++r) expect(a2a.output[r].item<int64_t>() == 10 * r + rank, "alltoall");
-  auto rs = kolo::reducescatter(torch::ones({2 * n + 1, 3}), {.name = "ops.rs", .op = kolo::ReduceOp::kSum});
+  auto rs = kolo::reducescatter(torch::ones({2 * n + 1, 3}),
+                                {.name = "ops.rs", .op = kolo::ReduceOp::kSum});
   expect(rs.size(0) == 2 + (rank < 1 ? 1 : 0) && rs[0][0].item<float>() == n, "reducescatter");
-  auto grouped = kolo::grouped_allreduce({torch::ones({2}, torch::kDouble), torch::ones({3}, torch::kDouble)},
-                                         {.name = "ops.group", .op = kolo::ReduceOp::kSum});
+  auto grouped =
+      kolo::grouped_allreduce({torch::ones({2}, torch::kDouble), torch::ones({3}, torch::kDouble)},
+                              {.name = "ops.group", .op = kolo::ReduceOp::kSum});
   expect(grouped[1][2].item<double>() == n, "grouped allreduce");
-  auto h = kolo::allreduce_async(torch::ones({4}), {.name = "ops.async", .op = kolo::ReduceOp::kSum});
+  auto h =
+      kolo::allreduce_async(torch::ones({4}), {.name = "ops.async", .op = kolo::ReduceOp::kSum});
   expect(h.wait()[3].item<float>() == n, "allreduce_async");
 }
 

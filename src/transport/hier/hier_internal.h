@@ -70,8 +70,8 @@ class HierarchicalCommunicator final : public Communicator {
   std::unique_ptr<FailureNotices> notices_;
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
-  std::string cross_names_;  // "ranks 1, 3": who takes part in this rank's cross phase
-  std::string broken_;       // the first peer failure's message
+  std::string cross_names_;   // "ranks 1, 3": who takes part in this rank's cross phase
+  std::string broken_;        // the first peer failure's message
   bool hierarchical_ = true;  // false: allreduce is global_'s (flat MPI)
 };
 

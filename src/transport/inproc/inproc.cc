@@ -211,9 +211,8 @@ Status InprocWorld::arrive(int rank, const Slot& mine, Deadline deadline, bool k
     cv_.notify_all();
     return Status::OK();
   }
-  const bool passed = cv_.wait_until(lock, deadline, [&] {
-    return generation_ != gen || !broken_.empty();
-  });
+  const bool passed =
+      cv_.wait_until(lock, deadline, [&] { return generation_ != gen || !broken_.empty(); });
   if (passed && generation_ != gen) return Status::OK();
   if (!broken_.empty()) return PeerFailure(broken_);
   std::vector<int> missing;

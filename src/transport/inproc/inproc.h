@@ -76,13 +76,13 @@ class InprocWorld {
   const int local_size_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Slot> slots_;        // written under mu_ before the first barrier of a call
-  std::vector<bool> arrived_;      // guarded by mu_
-  std::vector<bool> dead_;         // guarded by mu_
-  int arrivals_ = 0;               // guarded by mu_
-  std::uint64_t generation_ = 0;   // guarded by mu_
-  std::string broken_;             // guarded by mu_; set once a rank timed out
-  std::vector<BellLine> bell_;     // atomics only (std::atomic_ref), one line per rank
+  std::vector<Slot> slots_;       // written under mu_ before the first barrier of a call
+  std::vector<bool> arrived_;     // guarded by mu_
+  std::vector<bool> dead_;        // guarded by mu_
+  int arrivals_ = 0;              // guarded by mu_
+  std::uint64_t generation_ = 0;  // guarded by mu_
+  std::string broken_;            // guarded by mu_; set once a rank timed out
+  std::vector<BellLine> bell_;    // atomics only (std::atomic_ref), one line per rank
 };
 
 }  // namespace kolo::transport

@@ -9,7 +9,8 @@ namespace kolo::transport {
 namespace {
 
 Deadline in(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 void on_ranks(InprocWorld& world, const std::function<void(int, Communicator&)>& fn) {
@@ -63,7 +64,8 @@ TEST(InprocTest, MissingRankIsNamedAtTheDeadlineAndTheWorldStaysBroken) {
     EXPECT_NE(s.message().find("rank(s) 1 did not take part"), std::string::npos) << s.message();
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
     float x = 1;
-    EXPECT_EQ(c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, in(5)).code(), ErrorCode::kPeerFailure);
+    EXPECT_EQ(c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, in(5)).code(),
+              ErrorCode::kPeerFailure);
   });
 }
 

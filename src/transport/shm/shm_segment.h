@@ -43,9 +43,9 @@ struct alignas(kLine) Meta {
 };
 
 struct alignas(kLine) Wake {
-  std::uint32_t word;                // futex: bumped by every arrival
-  std::uint32_t sleepers;            // ranks inside (or about to enter) FUTEX_WAIT
-  std::uint64_t cycles_requested;    // the cycle bell's request counter (cycle_bell.h)
+  std::uint32_t word;              // futex: bumped by every arrival
+  std::uint32_t sleepers;          // ranks inside (or about to enter) FUTEX_WAIT
+  std::uint64_t cycles_requested;  // the cycle bell's request counter (cycle_bell.h)
 };
 
 struct alignas(kLine) Abort {
@@ -57,7 +57,7 @@ struct alignas(kLine) Abort {
 struct alignas(kLine) RankSlot {
   std::uint64_t epoch;  // last barrier this rank arrived at
   std::int32_t pid;
-  std::uint32_t bell;   // futex: this rank's cycle bell word (cycle_bell.h)
+  std::uint32_t bell;  // futex: this rank's cycle bell word (cycle_bell.h)
 };
 
 // Offsets of the parts, computed the same way by every rank.

@@ -148,7 +148,8 @@ void check_pieces(int n, bool mixed) {
       const std::size_t es = dtype_size(dtype);
       for (ReduceOp op : kOps) {
         for (const Scaling& sc : scalings) {
-          if (dtype == DataType::kBool && (sc.prescale != 1 || sc.postscale != 1 || sc.divisor != 1))
+          if (dtype == DataType::kBool &&
+              (sc.prescale != 1 || sc.postscale != 1 || sc.divisor != 1))
             continue;  // bool is never scaled
           // One input per piece, cut from one long input; odd pieces out of place.
           std::size_t total = 0;
@@ -164,8 +165,11 @@ void check_pieces(int n, bool mixed) {
           }
           for (std::size_t k = 0; k < std::size(sizes); ++k) {
             void* out = k % 2 ? outs[k].data() : ins[k].data();
-            pieces.push_back({.in = ins[k].data(), .out = out, .count = sizes[k],
-                              .prescale = sc.prescale, .postscale = sc.postscale,
+            pieces.push_back({.in = ins[k].data(),
+                              .out = out,
+                              .count = sizes[k],
+                              .prescale = sc.prescale,
+                              .postscale = sc.postscale,
                               .divisor = sc.divisor});
           }
           if (mixed && rank % 2 == 1) {
