@@ -1,6 +1,7 @@
 // Broadcasts of model parameters, optimizer state and arbitrary objects from one root,
 // and allgather of objects. Objects travel as bytes: a size broadcast/allgather, then
 // the bytes as a uint8 tensor. Not for: gradient averaging (distributed_optimizer.cc).
+#include <cstring>
 #include <sstream>
 
 #include "kolo/torch.h"

@@ -32,14 +32,20 @@
 #include "transport/communicator.h"
 #include "transport/mpi/mpi_check.h"
 #include "transport/mpi/mpi_communicator.h"
+#include "transport/testing/check_harness.h"
 
 namespace kolo::transport::mpi_check {
 namespace {
 
+using check::Checker;
+using check::fold;
+using check::input;
+using check::load;
+using check::store;
 using std::chrono::duration;
 
-constexpr const auto& kDtypes = kolo::testing::kEveryDtype;
-constexpr const auto& kOps = kolo::testing::kTransportOps;
+using check::kDtypes;
+using check::kOps;
 constexpr std::size_t kSizes[] = {0, 1, 7, 1024, std::size_t{1} << 20};
 
 std::uint64_t mix(std::uint64_t x) {  // splitmix64
@@ -47,42 +53,6 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
-}
-
-// Cheap enough for the reference loops over 2^20 elements x ranks x cases.
-std::uint32_t cheap_hash(std::uint64_t x) {
-  return static_cast<std::uint32_t>((x * 0x9e3779b97f4a7c15ull) >> 32);
-}
-
-// Rank `rank`'s element i. Values stay tiny so every reduction is exact in every dtype:
-// sums of -3..3, products of {1, 2, -1} with 2 only on ranks 0-3 (|product| <= 16).
-std::int64_t input(int rank, std::size_t i, DataType dt, ReduceOp op) {
-  const std::uint32_t h = cheap_hash(i * 1000003ull + static_cast<std::uint64_t>(rank));
-  const bool is_unsigned = dt == DataType::kUInt8;
-  if (dt == DataType::kBool) return h % 3 != 0;
-  if (op == ReduceOp::kProduct) {
-    if (rank >= 4) return is_unsigned || (h & 1) ? 1 : -1;
-    if (is_unsigned) return h % 2 ? 2 : 1;
-    static const int kValues[] = {1, 2, -1};
-    return kValues[h % 3];
-  }
-  return is_unsigned ? static_cast<std::int64_t>(h % 4) : static_cast<std::int64_t>(h % 7) - 3;
-}
-
-std::int64_t fold(DataType dt, ReduceOp op, std::int64_t a, std::int64_t b) {
-  if (dt == DataType::kBool) {
-    return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (a || b) : (a && b);
-  }
-  switch (op) {
-    case ReduceOp::kSum:
-      return a + b;
-    case ReduceOp::kMin:
-      return std::min(a, b);
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    default:
-      return a * b;
-  }
 }
 
 // The expected results for one input class (signed, unsigned, bool) and op, computed once
@@ -112,61 +82,9 @@ class References {
   std::vector<std::int8_t> tables_[3][5];
 };
 
-void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
-  kolo::testing::store_element(buf, dt, i, v);
-}
-
-double load(DataType dt, const void* buf, std::size_t i) {
-  return kolo::testing::load_element(buf, dt, i);
-}
-
 std::uint8_t pattern(int a, int b, std::size_t j) {
   return static_cast<std::uint8_t>(a * 37 + b * 29 + j * 7 + 5);
 }
-
-// Per-rank failure bookkeeping; a group's verdict is ANDed over ranks by rank 0.
-class Checker {
- public:
-  explicit Checker(Communicator* comm) : comm_(comm) {}
-
-  // Records a failed case (printed at once by the rank that saw it).
-  void fail(const std::string& what) {
-    ++failures_;
-    group_ok_ = false;
-    if (failures_ <= 20) std::printf("FAIL [rank %d] %s\n", comm_->rank(), what.c_str());
-    std::fflush(stdout);
-  }
-  bool expect_ok(const Status& s, const std::string& what) {
-    if (s.ok()) return true;
-    fail(what + ": " + s.to_string());
-    return false;
-  }
-  void case_done() { ++group_cases_; }
-
-  // Ends a group: every rank's verdict is ANDed; rank 0 prints the line.
-  void end_group(const std::string& name) {
-    std::vector<std::uint64_t> ok = {group_ok_ ? 1u : 0u};
-    const Status s = comm_->control_and(ok, soon());
-    if (!s.ok()) fail(name + ": could not collect the verdicts: " + s.to_string());
-    if (comm_->rank() == 0) {
-      const bool pass = s.ok() && ok[0] == 1;
-      std::printf("%s %s (%d cases)\n", pass ? "PASS" : "FAIL", name.c_str(), group_cases_);
-      std::fflush(stdout);
-    }
-    total_cases_ += group_cases_;
-    group_cases_ = 0;
-    group_ok_ = true;
-  }
-  int failures() const { return failures_; }
-  int total_cases() const { return total_cases_; }
-
- private:
-  Communicator* comm_;
-  int failures_ = 0;
-  int group_cases_ = 0;
-  int total_cases_ = 0;
-  bool group_ok_ = true;
-};
 
 std::string label(const char* op, DataType dt, std::size_t n) {
   return std::string(op) + " " + dtype_name(dt) + " n=" + std::to_string(n);
@@ -179,7 +97,7 @@ void check_allreduce(Communicator* comm, Checker* check, References* refs, DataT
       const std::string what = label("allreduce", dt, n) + " " + reduce_op_name(op);
       buf.assign(n * dtype_size(dt) + 1, 0);
       for (std::size_t i = 0; i < n; ++i) store(dt, buf.data(), i, input(comm->rank(), i, dt, op));
-      check->case_done();
+      check->count();
       if (!check->expect_ok(comm->allreduce(buf.data(), n, dt, op, soon()), what)) continue;
       for (std::size_t i = 0; i < n; ++i) {
         const auto want = static_cast<double>(refs->at(i, dt, op));
@@ -220,7 +138,7 @@ void check_reducescatter(Communicator* comm, Checker* check, References* refs, D
           recv.assign(counts[rank] * esz + 1, 0);
           out = recv.data();
         }
-        check->case_done();
+        check->count();
         if (!check->expect_ok(comm->reducescatter(send.data(), out, counts, dt, op, soon()),
                               what)) {
           continue;
@@ -262,7 +180,7 @@ void check_byte_collectives(Communicator* comm, Checker* check, DataType dt) {
     std::vector<std::uint8_t> send(recv_bytes[rank] + 1), recv(total + 1, 0xee);
     for (std::size_t j = 0; j < recv_bytes[rank]; ++j) send[j] = pattern(rank, 0, j);
     std::string what = label("allgatherv", dt, n);
-    check->case_done();
+    check->count();
     if (check->expect_ok(comm->allgatherv(send.data(), recv.data(), recv_bytes, soon()), what)) {
       std::size_t at = 0;
       for (int r = 0; r < size; ++r) {
@@ -287,7 +205,7 @@ void check_byte_collectives(Communicator* comm, Checker* check, DataType dt) {
       for (std::size_t j = 0; j < send_bytes[q]; ++j) send[at + j] = pattern(rank, q, j);
     }
     what = label("alltoallv", dt, n);
-    check->case_done();
+    check->count();
     if (check->expect_ok(comm->alltoallv(send.data(), send_bytes, recv.data(), recv_bytes2, soon()),
                          what)) {
       std::size_t at = 0;
@@ -307,7 +225,7 @@ void check_byte_collectives(Communicator* comm, Checker* check, DataType dt) {
         for (std::size_t j = 0; j < bytes; ++j) recv[j] = pattern(root, 1, j);
       }
       what = label("broadcast", dt, n) + " root=" + std::to_string(root);
-      check->case_done();
+      check->count();
       if (check->expect_ok(comm->broadcast(recv.data(), bytes, root, soon()), what)) {
         check_bytes(check, what, recv.data(), root, 1, bytes);
       }
@@ -320,7 +238,7 @@ void check_argument_errors(Communicator* comm, Checker* check) {
   const int size = comm->size();
   float x = 0;
   auto expect_invalid = [&](const Status& s, const char* what) {
-    check->case_done();
+    check->count();
     if (s.code() != ErrorCode::kInvalidArgument) {
       check->fail(std::string(what) + ": expected invalid argument, got " + s.to_string());
     }
@@ -345,10 +263,10 @@ void check_argument_errors(Communicator* comm, Checker* check) {
   if (comm->rank() == 0) {
     expect_invalid(comm->control_gather("x", nullptr, soon()), "control_gather without a result");
   }
-  check->case_done();
+  check->count();
   check->expect_ok(comm->barrier(soon()), "barrier after argument errors");
   for (int i = 0; i < 10; ++i) {
-    check->case_done();
+    check->count();
     check->expect_ok(comm->barrier(soon()), "barrier");
   }
 }
@@ -365,7 +283,7 @@ void check_control_and(Communicator* comm, Checker* check) {
     for (std::size_t k = 0; k < n; ++k) words[k] = and_word(comm->rank(), k, iteration);
     const std::string what =
         "control_and n=" + std::to_string(n) + " iteration " + std::to_string(iteration);
-    check->case_done();
+    check->count();
     if (!check->expect_ok(comm->control_and(words, soon()), what)) return;
     for (std::size_t k = 0; k < n; ++k) {
       std::uint64_t want = ~std::uint64_t{0};
@@ -382,7 +300,7 @@ void check_control_and(Communicator* comm, Checker* check) {
   std::string message = "x";
   std::vector<std::string> all;
   float x = 1;
-  check->case_done();
+  check->count();
   Status s = comm->control_and(words, Deadline::max());
   if (s.ok()) s = comm->control_gather(message, &all, Deadline::max());
   if (s.ok()) s = comm->control_broadcast(&message, Deadline::max());
@@ -406,7 +324,7 @@ void check_control_strings(Communicator* comm, Checker* check) {
   for (std::size_t base : {0, 1, 503, 504, 505, 4096, 100000}) {
     const std::size_t mine = base + rank % 2;
     const std::string what = "control_gather length " + std::to_string(base) + "+";
-    check->case_done();
+    check->count();
     if (!check->expect_ok(comm->control_gather(gather_message(rank, mine, 3), &all, soon()),
                           what)) {
       continue;
@@ -427,14 +345,14 @@ void check_control_strings(Communicator* comm, Checker* check) {
   for (std::size_t length : {0, 1, 504, 505, 100000}) {
     std::string message = rank == 0 ? gather_message(0, length, 4) : "stale";
     const std::string what = "control_broadcast length " + std::to_string(length);
-    check->case_done();
+    check->count();
     if (!check->expect_ok(comm->control_broadcast(&message, soon()), what)) continue;
     if (message != gather_message(0, length, 4)) check->fail(what + ": message differs");
   }
   // Negotiation-like cycles: gather requests, broadcast the concatenation, AND a bit vector.
   for (int cycle = 0; cycle < 300; ++cycle) {
     const std::string what = "negotiation cycle " + std::to_string(cycle);
-    check->case_done();
+    check->count();
     Status s =
         comm->control_gather(gather_message(rank, 10 + rank + cycle % 5, cycle), &all, soon());
     std::string response;
@@ -454,8 +372,8 @@ void check_control_strings(Communicator* comm, Checker* check) {
 int run_checks(Communicator* comm) {
   const auto start = Clock::now();
   const Topology& t = comm->topology();
-  Checker check(comm);
-  check.case_done();
+  Checker check(comm, std::chrono::seconds(30));
+  check.count();
   if (t.local_rank < 0 || t.local_rank >= t.local_size || t.cross_rank < 0 ||
       t.cross_rank >= t.cross_size || t.local_size * t.cross_size < t.size) {
     check.fail("topology is inconsistent");

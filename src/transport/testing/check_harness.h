@@ -1,5 +1,5 @@
-// Pieces shared by the transport check programs that run under mpirun (kolo_shm_check,
-// kolo_hier_check): the dtype/op/size sweep, exact small-integer inputs and their
+// Pieces shared by the transport check programs that run under mpirun (kolo_mpi_check,
+// kolo_shm_check, kolo_hier_check): the dtype/op/size sweep, exact small-integer inputs and their
 // reference fold, element access for every dtype, and a Checker that prints PASS/FAIL per
 // group with every rank's verdict ANDed. Test code only.
 #pragma once
@@ -24,16 +24,22 @@ inline constexpr const auto& kOps = kolo::testing::kTransportOps;
 inline constexpr std::size_t kSizes[] = {
     0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
 
-// Rank r's element i: small integers, so every dtype holds every result exactly: sums of
-// -2..2, products of {-1, 1, 2} (at most 2^6 on 6 ranks), booleans, and for uint8 0..3
-// (products 1..2).
+// Rank `rank`'s element i. Values stay tiny so every reduction is exact in every dtype
+// (int8 and bfloat16 included) on any number of ranks up to 42: sums of -3..3, products
+// of {1, 2, -1} with 2 only on ranks 0-3 (|product| <= 16), booleans, and for uint8 0..3
+// (products 1..16).
 inline std::int64_t input(int rank, std::size_t i, DataType dt, ReduceOp op) {
   const auto h = static_cast<std::uint32_t>(
       ((i * 1000003ull + static_cast<std::uint64_t>(rank)) * 0x9e3779b97f4a7c15ull) >> 32);
+  const bool is_unsigned = dt == DataType::kUInt8;
   if (dt == DataType::kBool) return h % 3 != 0;
-  if (dt == DataType::kUInt8) return op == ReduceOp::kProduct ? 1 + h % 2 : h % 4;
-  if (op == ReduceOp::kProduct) return h % 3 == 0 ? -1 : static_cast<std::int64_t>(1 + h % 3 / 2);
-  return static_cast<std::int64_t>(h % 5) - 2;
+  if (op == ReduceOp::kProduct) {
+    if (rank >= 4) return is_unsigned || (h & 1) ? 1 : -1;
+    if (is_unsigned) return h % 2 ? 2 : 1;
+    static const int kValues[] = {1, 2, -1};
+    return kValues[h % 3];
+  }
+  return is_unsigned ? static_cast<std::int64_t>(h % 4) : static_cast<std::int64_t>(h % 7) - 3;
 }
 
 inline std::int64_t fold(DataType dt, ReduceOp op, std::int64_t a, std::int64_t b) {
@@ -59,6 +65,7 @@ class Checker {
  public:
   Checker(Communicator* comm, std::chrono::seconds verdict_timeout)
       : comm_(comm), verdict_timeout_(verdict_timeout) {}
+  // Records a failed case (printed at once by the rank that saw it).
   void fail(const std::string& what) {
     ++failures_;
     ok_ = false;
@@ -70,24 +77,28 @@ class Checker {
     return s.ok();
   }
   void count() { ++cases_; }
-  void end_group(const char* name) {
+  void end_group(const std::string& name) {
     std::vector<std::uint64_t> ok = {ok_ ? 1u : 0u};
-    if (!comm_->control_and(ok, Clock::now() + verdict_timeout_).ok()) {
-      fail(std::string(name) + ": verdict exchange failed");
+    const Status s = comm_->control_and(ok, Clock::now() + verdict_timeout_);
+    if (!s.ok()) fail(name + ": could not collect the verdicts: " + s.to_string());
+    if (comm_->rank() == 0) {
+      const bool pass = s.ok() && ok[0] == 1;
+      std::printf("%s %s (%d cases)\n", pass ? "PASS" : "FAIL", name.c_str(), cases_);
+      std::fflush(stdout);
     }
-    if (comm_->rank() == 0)
-      std::printf("%s %s (%d cases)\n", ok[0] ? "PASS" : "FAIL", name, cases_);
-    std::fflush(stdout);
-    ok_ = true;
+    total_cases_ += cases_;
     cases_ = 0;
+    ok_ = true;
   }
   int failures() const { return failures_; }
+  int total_cases() const { return total_cases_; }
 
  private:
   Communicator* comm_;
   std::chrono::seconds verdict_timeout_;
   bool ok_ = true;
   int cases_ = 0;
+  int total_cases_ = 0;
   int failures_ = 0;
 };
 
