@@ -36,20 +36,11 @@ std::vector<double> decode(DataType dtype, const std::vector<std::uint8_t>& byte
 }
 
 double reference(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return a + b;
-    case ReduceOp::kMin:
-      return std::min(a, b);
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kProduct:
-      return a * b;
-    case ReduceOp::kAverage:
-      break;
+  if (op == ReduceOp::kAverage) {
+    ADD_FAILURE() << "no reference for average";
+    return 0;
   }
-  ADD_FAILURE() << "no reference for average";
-  return 0;
+  return kolo::testing::fold_reference(op, a, b);
 }
 
 class ReduceIntoTest : public ::testing::TestWithParam<std::tuple<DataType, ReduceOp>> {};

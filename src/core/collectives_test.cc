@@ -20,24 +20,10 @@ std::vector<std::int64_t> sizes() {
   return {0, 1, 7, 1024, 1 << 20};
 }
 
-double fold(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAverage:
-      return a + b;
-    case ReduceOp::kMin:
-      return std::min(a, b);
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kProduct:
-      return a * b;
-  }
-  return 0;
-}
-
 double expected_allreduce(int n, std::size_t i, DataType dtype, ReduceOp op, int salt = 0) {
   double acc = test_value(0, i, dtype, op, salt);
-  for (int r = 1; r < n; ++r) acc = fold(op, acc, test_value(r, i, dtype, op, salt));
+  for (int r = 1; r < n; ++r)
+    acc = kolo::testing::fold_reference(op, acc, test_value(r, i, dtype, op, salt));
   if (dtype == DataType::kBool) return acc != 0;
   if (op == ReduceOp::kAverage) return is_float(dtype) ? acc / n : std::trunc(acc / n);
   return acc;

@@ -42,19 +42,6 @@ int g_failures = 0;
     }                                                              \
   } while (0)
 
-double fold(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::kMin:
-      return std::min(a, b);
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kProduct:
-      return a * b;
-    default:
-      return a + b;
-  }
-}
-
 void check_allreduce(int rank, int n) {
   const auto& dtypes = kolo::core::testing::kAllDtypes;
   const auto& ops = kolo::core::testing::kAllOps;
@@ -86,7 +73,8 @@ void check_allreduce(int rank, int n) {
       o.h.wait();
       for (std::int64_t i = 0; i < count; ++i) {
         double want = test_value(0, i, o.dtype, o.op);
-        for (int r = 1; r < n; ++r) want = fold(o.op, want, test_value(r, i, o.dtype, o.op));
+        for (int r = 1; r < n; ++r)
+          want = kolo::testing::fold_reference(o.op, want, test_value(r, i, o.dtype, o.op));
         if (o.dtype == DataType::kBool) want = want != 0;
         const bool is_float = kolo::core::testing::is_float(o.dtype);
         if (o.op == ReduceOp::kAverage) want = is_float ? want / n : std::trunc(want / n);

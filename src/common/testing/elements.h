@@ -3,6 +3,7 @@
 // alignment (memcpy). One copy for every test that fills or checks raw buffers.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -93,6 +94,23 @@ inline double load_element(const void* buf, DataType dtype, std::size_t i) {
       return element_as<std::uint8_t>(buf, i);
   }
   return 0;
+}
+
+// The reference reduction of two values, in double. Average folds as a sum (the caller
+// divides by the number of ranks).
+inline double fold_reference(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      break;
+  }
+  return a + b;
 }
 
 }  // namespace kolo::testing
