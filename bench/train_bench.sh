@@ -21,7 +21,8 @@
 # Usage: bench/train_bench.sh [--max-steps N] [--warmup-steps N] [--batch-size N]
 #                             [--build DIR] [--only LIST] [--repeat N]
 #   --only plain,kolo1,... runs a subset (ratios need both peers); --repeat N runs the
-#   whole sequence N times and prints one table per round plus the medians.
+#   whole sequence N times and prints one table per round, the medians, and the median
+#   and range of the per-round ratios (the paired figure on a machine that drifts).
 # KOLO_* variables in the environment (e.g. KOLO_CYCLE_TIME_MS=5) reach every kolo run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -160,4 +161,15 @@ if repeat > 1:
             med[name] = {"images_per_sec": statistics.median(vals), "test_accuracy": None}
     # Ratios of medians; per-round ratios are above.
     table(med, f"medians over {repeat} rounds:")
+    # The machine drifts between rounds, so the paired figure is each round's own ratio
+    # (its configurations ran minutes apart, not rounds apart): their median and range.
+    print(f"per-round ratios over {repeat} rounds (median, min-max):")
+    print("| ratio | median | range | goal | status |")
+    print("|---|---:|---|---:|---|")
+    for a, b, goal in goals:
+        ratios = [d[a]["images_per_sec"] / d[b]["images_per_sec"] for d in rounds if a in d and b in d]
+        if ratios:
+            m = statistics.median(ratios)
+            print(f"| {a}/{b} | {m:.3f} | {min(ratios):.3f}-{max(ratios):.3f} | >= {goal} | "
+                  f"{'PASS' if m >= goal else 'MISS'} |")
 PY
