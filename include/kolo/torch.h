@@ -128,7 +128,10 @@ class DistributedOptimizer {
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
-  // Waits for every gradient's allreduce and writes the results into .grad.
+  // Waits for every gradient's allreduce and writes the results into .grad. If any failed
+  // (a kolo::Error naming the tensor, e.g. shapes that differ between ranks), it still
+  // waits for all the others, leaves the failed .grad as this rank's own gradient, resets
+  // for the next step, and then throws the first error; step() then does not update.
   void synchronize();
   // synchronize() (unless skipped, see below) then the wrapped optimizer's step().
   void step();

@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <exception>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -198,9 +199,17 @@ void DistributedOptimizer::synchronize() {
     submit(*p, g);
   }
   last_times_.clear();
+  // Every handle is waited for even after one failed (e.g. a shape that differs between
+  // ranks), so that the optimizer starts the next step clean and the error that reaches
+  // the caller is the first one, not a consequence of it.
+  std::exception_ptr first_error;
   for (auto& p : params_) {
     if (p->communicating) {
-      p->handle.wait();  // in place: .grad now holds the reduced gradient
+      try {
+        p->handle.wait();  // in place: .grad now holds the reduced gradient
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
+      }
       last_times_.push_back(p->handle.handle().times());
     }
     p->communicating = false;
@@ -209,6 +218,7 @@ void DistributedOptimizer::synchronize() {
     p->handle = TorchHandle();
   }
   ensure_hooks();
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 void DistributedOptimizer::step() {

@@ -280,6 +280,41 @@ void check_in_place_and_extra_backward() {
   dopt.step();
 }
 
+void check_mismatched_shapes() {
+  // A user error: a parameter whose shape differs between ranks (different models).
+  // step() fails on every rank with an error naming it; that .grad stays this rank's own
+  // gradient, the other parameter's gradient is still averaged, nothing is updated, and
+  // the next step starts clean (the same error again, not a consequence of the first).
+  const int rank = kolo::rank(), n = kolo::size();
+  auto a = torch::randn({3}, torch::kDouble).requires_grad_();
+  auto b = torch::randn({rank == 1 ? 5 : 4}, torch::kDouble).requires_grad_();
+  kolo::NamedTensors named;
+  named.insert("a", a);
+  named.insert("b", b);
+  torch::optim::SGD opt(std::vector<torch::Tensor>{a, b}, 0.1);
+  DistributedOptimizer dopt(opt, named, {.name_prefix = "mismatch."});
+  const double scale = rank + 1;
+  const torch::Tensor a_before = a.detach().clone(), b_before = b.detach().clone();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    dopt.zero_grad();
+    ((a * scale).sum() + (b * scale).pow(2).sum()).backward();
+    std::string message;
+    try {
+      dopt.step();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    expect(message.find("mismatch.b") != std::string::npos &&
+               message.find("Mismatched shapes") != std::string::npos,
+           "step() with shapes that differ between ranks: got '" + message + "'");
+    expect_close(b.grad(), 2 * scale * scale * b.detach(), 1e-14, 0, "the failed tensor's .grad");
+    expect_close(a.grad(), torch::full({3}, (n + 1) / 2.0, torch::kDouble), 1e-14, 0,
+                 "the other parameter's average");
+    expect(torch::equal(a.detach(), a_before) && torch::equal(b.detach(), b_before),
+           "step() updated the parameters after a failed synchronize");
+  }
+}
+
 void check_broadcasts() {
   const int rank = kolo::rank();
   Net net = make_net(100 + rank);  // different on every rank
@@ -450,6 +485,7 @@ int main() {
   run("bad_names", check_bad_names);
   if (kolo::size() > 1) run("overlap", check_overlap);  // one worker sends nothing
   run("in_place_and_extra_backward", check_in_place_and_extra_backward);
+  if (kolo::size() > 1) run("mismatched_shapes", check_mismatched_shapes);
   run("broadcasts", check_broadcasts);
   run("autograd", check_autograd);
   run("tensor_ops", check_tensor_ops);
