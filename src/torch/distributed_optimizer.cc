@@ -27,10 +27,10 @@ struct DistributedOptimizer::Param {
   unsigned hook = 0;                                   // tensor hook (before accumulation)
   std::shared_ptr<torch::autograd::Node> accumulator;  // held so the post-hook stays
   std::uintptr_t post_hook = 0;
-  int passes = 0;              // gradients seen since the last synchronize
-  bool submitted = false;      // this step's gradient is final (and reduced or reducing)
-  bool communicating = false;  // `handle` is an allreduce in flight
-  TorchHandle handle;
+  int passes = 0;          // gradients seen since the last synchronize
+  bool submitted = false;  // this step's gradient is final (and reduced or reducing)
+  TorchHandle handle;      // valid while this step's allreduce is in flight (or not yet waited)
+  bool communicating() const { return handle.handle().valid(); }
 };
 
 namespace {
@@ -118,7 +118,7 @@ DistributedOptimizer::~DistributedOptimizer() {
       p->accumulator->del_post_hook(p->post_hook);
     }
     // Never leave an allreduce writing into memory we no longer track.
-    if (p->communicating) {
+    if (p->communicating()) {
       try {
         p->handle.wait();
       } catch (const std::exception&) {
@@ -181,7 +181,6 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
   o.compression = options_.compression;
   p.handle = allreduce_async_(grad, o);
-  p.communicating = true;
 }
 
 void DistributedOptimizer::synchronize() {
@@ -204,7 +203,7 @@ void DistributedOptimizer::synchronize() {
   // the caller is the first one, not a consequence of it.
   std::exception_ptr first_error;
   for (auto& p : params_) {
-    if (p->communicating) {
+    if (p->communicating()) {
       try {
         p->handle.wait();  // in place: .grad now holds the reduced gradient
       } catch (...) {
@@ -212,7 +211,6 @@ void DistributedOptimizer::synchronize() {
       }
       last_times_.push_back(p->handle.handle().times());
     }
-    p->communicating = false;
     p->submitted = false;
     p->passes = 0;
     p->handle = TorchHandle();
