@@ -41,25 +41,34 @@ class TorchHandle {
  public:
   TorchHandle() = default;
   TorchHandle(Handle handle, std::function<torch::Tensor()> finish)
-      : handle_(std::move(handle)), finish_(std::move(finish)) {}
+      : handle_(std::move(handle)), state_(std::make_shared<State>()) {
+    state_->finish = std::move(finish);
+  }
   bool poll() const { return handle_.poll(); }
-  // Throws kolo::Error if the operation failed. Idempotent.
+  // Throws kolo::Error if the operation failed. Idempotent; copies of a handle share the
+  // result (wait() on any of them returns the same tensor).
   torch::Tensor wait();
   const Handle& handle() const { return handle_; }
   const std::vector<std::int64_t>& received_splits() const { return handle_.received_splits(); }
 
  private:
+  struct State {
+    std::function<torch::Tensor()> finish;  // builds the result after completion
+    torch::Tensor result;
+    bool finished = false;
+  };
   Handle handle_;
-  std::function<torch::Tensor()> finish_;  // builds the result after completion
-  torch::Tensor result_;
-  bool finished_ = false;
+  std::shared_ptr<State> state_;
 };
 
 // Out-of-place forms return a new tensor; the `_` forms write into `tensor` (Horovod's
 // in-place ops). allreduce, allgather and broadcast are differentiable: the gradient of
 // an allreduce is the allreduce of the gradient (same op), the gradient of an allgather
 // is this rank's rows of the averaged gradient, and of a broadcast the averaged gradient
-// on the root (zeros elsewhere), as in Horovod.
+// on the root (zeros elsewhere), as in Horovod; grouped_allreduce is differentiable like
+// allreduce. The `_` forms count as in-place writes for autograd (a tensor saved for a
+// backward pass and then overwritten makes that backward pass fail, as with torch's own
+// in-place ops). An unsupported dtype is a kolo::Error naming the tensor.
 torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& options = {});
 void allreduce_(torch::Tensor& tensor, const AllreduceOptions& options = {});
 TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options = {});
@@ -90,7 +99,9 @@ using NamedTensors = torch::OrderedDict<std::string, torch::Tensor>;
 // Overwrites every parameter with root's values (in place, without autograd).
 void broadcast_parameters(const NamedTensors& named_parameters, int root = 0);
 // Makes every rank's optimizer state (state tensors, step counts) and options (learning
-// rate, betas, ...) equal to root's, through libtorch's optimizer serialization.
+// rate, betas, ...) equal to root's, through libtorch's optimizer serialization: a rank's
+// own state is dropped first, and root's state tensors are loaded onto the device of this
+// rank's first parameter (e.g. cuda:<local_rank>, not root's GPU).
 void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
 
 // Root's bytes on every rank.
@@ -111,6 +122,9 @@ struct DistributedOptimizerOptions {
   Compression compression = Compression::kNone;  // wire format of gradients
   double gradient_predivide_factor = 1.0;  // with kAverage: divide by f before, by size/f after
   std::string name_prefix = "grad.";       // tensor names are prefix + parameter name
+  // A sparse gradient (Embedding with sparse=true) is made dense and reduced as such
+  // (Horovod's sparse_as_dense); false: such a gradient is an error naming the parameter.
+  bool sparse_as_dense = false;
 };
 
 // Wraps any torch::optim::Optimizer. Gradients are allreduced in place in .grad as each
@@ -133,7 +147,8 @@ class DistributedOptimizer {
   // waits for all the others, leaves the failed .grad as this rank's own gradient, resets
   // for the next step, and then throws the first error; step() then does not update.
   void synchronize();
-  // synchronize() (unless skipped, see below) then the wrapped optimizer's step().
+  // synchronize() (unless skipped, see below, or already called since the last backward
+  // pass) then the wrapped optimizer's step().
   void step();
   void zero_grad();
   torch::optim::Optimizer& optimizer() { return optimizer_; }
@@ -148,7 +163,7 @@ class DistributedOptimizer {
    private:
     DistributedOptimizer& o_;
   };
-  SkipSynchronize skip_synchronize() { return SkipSynchronize(*this); }
+  [[nodiscard]] SkipSynchronize skip_synchronize() { return SkipSynchronize(*this); }
 
   // When the gradient allreduces of the last synchronize() were enqueued and started,
   // in parameter order (for tests of overlap and for diagnostics).
@@ -157,7 +172,8 @@ class DistributedOptimizer {
  private:
   struct Param;
   void ensure_hooks();
-  void before_accumulation(Param& p);
+  // The tensor hook: counts the pass; returns a replacement for `incoming` or undefined.
+  torch::Tensor before_accumulation(Param& p, const torch::Tensor& incoming);
   void after_accumulation(Param& p);
   void submit(Param& p, torch::Tensor& grad);
 
@@ -165,6 +181,7 @@ class DistributedOptimizer {
   DistributedOptimizerOptions options_;
   std::vector<std::unique_ptr<Param>> params_;
   bool skip_sync_ = false;
+  bool synchronized_ = false;  // synchronize() ran and no backward pass since
   std::vector<Handle::Times> last_times_;
 };
 

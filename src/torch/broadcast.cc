@@ -2,6 +2,7 @@
 // and allgather of objects. Objects travel as bytes: a size broadcast/allgather, then
 // the bytes as a uint8 tensor. Not for: gradient averaging (distributed_optimizer.cc).
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "kolo/torch.h"
@@ -86,8 +87,10 @@ std::vector<torch::IValue> allgather_object(const torch::IValue& value, const st
 
 namespace {
 
+// Non-root ranks load the archive's tensors onto `device` (default: where root saved them).
 template <typename Write, typename Read>
-void broadcast_archive(int root, const std::string& name, Write write, Read read) {
+void broadcast_archive(int root, const std::string& name, Write write, Read read,
+                       std::optional<torch::Device> device = std::nullopt) {
   std::string bytes;
   if (kolo::rank() == root) {
     torch::serialize::OutputArchive archive;
@@ -100,7 +103,10 @@ void broadcast_archive(int root, const std::string& name, Write write, Read read
   if (kolo::rank() != root) {
     torch::serialize::InputArchive archive;
     std::istringstream in(bytes);
-    archive.load_from(in);
+    if (device)
+      archive.load_from(in, *device);
+    else
+      archive.load_from(in);
     read(archive);
   }
 }
@@ -109,10 +115,23 @@ void broadcast_archive(int root, const std::string& name, Write write, Read read
 
 void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root) {
   // libtorch's optimizer serialization carries the state tensors (step counts, moments);
-  // loading it does not replace the groups' options, so they travel separately.
+  // loading it does not replace the groups' options, so they travel separately. Loading
+  // only adds state, so a rank's own state goes first (root may have none yet), and the
+  // tensors land on this rank's parameter device (root's GPU is not this rank's).
+  std::optional<torch::Device> device;
+  for (const auto& group : optimizer.param_groups()) {
+    if (!group.params().empty()) {
+      device = group.params().front().device();
+      break;
+    }
+  }
   broadcast_archive(
       root, "optimizer_state", [&](auto& a) { optimizer.save(a); },
-      [&](auto& a) { optimizer.load(a); });
+      [&](auto& a) {
+        optimizer.state().clear();
+        optimizer.load(a);
+      },
+      device);
   auto& groups = optimizer.param_groups();
   for (std::size_t i = 0; i < groups.size(); ++i) {
     broadcast_archive(

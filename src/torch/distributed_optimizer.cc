@@ -67,7 +67,16 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   }
   if (options_.gradient_predivide_factor <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
-                "DistributedOptimizer: gradient_predivide_factor must be > 0");
+                "DistributedOptimizer: gradient_predivide_factor must be > 0, got " +
+                    std::to_string(options_.gradient_predivide_factor));
+  }
+  if (options_.gradient_predivide_factor != 1.0 && options_.op != ReduceOp::kAverage) {
+    // As in Horovod: predividing only splits the averaging into two scalings.
+    throw Error(ErrorCode::kInvalidArgument,
+                "DistributedOptimizer: gradient_predivide_factor " +
+                    std::to_string(options_.gradient_predivide_factor) +
+                    " needs op = average (it splits the division by the number of workers); "
+                    "with op = sum leave it at 1");
   }
   std::unordered_set<std::string> names;
   std::unordered_map<const void*, std::string> named;  // tensor -> its name
@@ -134,14 +143,15 @@ void DistributedOptimizer::ensure_hooks() {
     Param* param = p.get();
     p->accumulator = torch::autograd::impl::grad_accumulator(p->tensor);  // a leaf: never null
     p->hook = p->tensor.register_hook(
-        [this, param](const torch::Tensor&) { before_accumulation(*param); });
+        [this, param](const torch::Tensor& g) { return before_accumulation(*param, g); });
     p->post_hook = p->accumulator->add_post_hook(
         std::make_unique<AfterAccumulation>([this, param] { after_accumulation(*param); }));
     p->hooked = true;
   }
 }
 
-void DistributedOptimizer::before_accumulation(Param& p) {
+torch::Tensor DistributedOptimizer::before_accumulation(Param& p, const torch::Tensor& incoming) {
+  synchronized_ = false;
   if (p.submitted) {
     // Accumulating now would change .grad under its running allreduce.
     throw Error(
@@ -154,6 +164,14 @@ void DistributedOptimizer::before_accumulation(Param& p) {
             " passes or raise backward_passes_per_step");
   }
   ++p.passes;
+  // Autograd may hand two parameters views of one buffer (e.g. the gradients of
+  // a.reshape(..) + b.reshape(..)) and, when .grad is empty, adopt a view whose layout
+  // matches the parameter as .grad without copying. Two such .grads share memory, so their
+  // in-place allreduces would reduce it twice (a doubled sum). A copy of such a view is
+  // adopted instead: the copy autograd would otherwise have made for any other view.
+  if (incoming.is_view() && !p.tensor.grad().defined() && incoming.strides() == p.tensor.strides())
+    return incoming.clone();
+  return {};  // undefined: autograd accumulates `incoming` itself
 }
 
 void DistributedOptimizer::after_accumulation(Param& p) {
@@ -161,6 +179,18 @@ void DistributedOptimizer::after_accumulation(Param& p) {
   // before it accumulates, so this runs at most once per step with `submitted` false).
   if (p.submitted || p.passes < options_.backward_passes_per_step) return;
   torch::Tensor grad = p.tensor.grad();
+  if (grad.is_sparse()) {
+    if (!options_.sparse_as_dense) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "DistributedOptimizer: parameter '" + p.name +
+                      "' got a sparse gradient (e.g. an Embedding with sparse=true); kolo "
+                      "reduces dense gradients: set DistributedOptimizerOptions::sparse_as_dense "
+                      "= true, or make the module's gradient dense");
+    }
+    torch::NoGradGuard no_grad;
+    grad = grad.to_dense();
+    p.tensor.mutable_grad() = grad;
+  }
   submit(p, grad);
 }
 
@@ -217,10 +247,14 @@ void DistributedOptimizer::synchronize() {
   }
   ensure_hooks();
   if (first_error) std::rethrow_exception(first_error);
+  synchronized_ = true;  // until the next backward pass: step() need not reduce again
 }
 
 void DistributedOptimizer::step() {
-  if (!skip_sync_) synchronize();
+  // After an explicit synchronize() (e.g. to clip gradients) the gradients are already
+  // reduced; reducing them again would sum twice (Horovod warns and does).
+  if (!skip_sync_ && !synchronized_) synchronize();
+  synchronized_ = false;
   optimizer_.step();
 }
 

@@ -19,12 +19,22 @@ struct Staged {
   TensorView view;
 };
 
-Staged stage(const torch::Tensor& t) {
+Staged stage(const torch::Tensor& t, const std::string& name) {
   Staged s;
+  try {
+    s.view.dtype = to_kolo_dtype(t.scalar_type());
+  } catch (const Error& e) {
+    throw Error(e.code(),
+                "tensor '" + (name.empty() ? std::string("(unnamed)") : name) + "': " + e.what());
+  }
+  if (t.layout() != torch::kStrided) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "tensor '" + (name.empty() ? std::string("(unnamed)") : name) +
+                    "' is sparse; kolo's collectives take dense tensors (call to_dense() first)");
+  }
   s.host = t.is_cuda() ? t.to(torch::kCPU) : t;
   s.host = s.host.contiguous();
   s.view.data = s.host.data_ptr();
-  s.view.dtype = to_kolo_dtype(t.scalar_type());
   s.view.shape = t.sizes().vec();
   s.view.device = t.is_cuda() ? DeviceKind::kCUDA : DeviceKind::kCPU;
   s.view.device_index = t.is_cuda() ? t.device().index() : 0;
@@ -118,18 +128,20 @@ torch::Device device() {
 }
 
 torch::Tensor TorchHandle::wait() {
-  if (!finished_) {
+  if (!state_) return {};
+  if (!state_->finished) {
     handle_.wait();
-    result_ = finish_();
-    finished_ = true;
+    state_->result = state_->finish();
+    state_->finished = true;
+    state_->finish = nullptr;  // releases what it held
   }
-  return result_;
+  return state_->result;
 }
 
 // --- raw (non-differentiable) operations -----------------------------------------------
 
 TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options) {
-  Staged in = stage(tensor);
+  Staged in = stage(tensor, options.name);
   torch::Tensor out = torch::empty_like(in.host);
   Handle h = allreduce_async(in.view, view_into(out, in), options);
   h.keep_alive(hold(in.host, out));
@@ -137,7 +149,8 @@ TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions&
 }
 
 TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& options) {
-  Staged s = stage(tensor);
+  Staged s = stage(tensor, options.name);
+  torch::autograd::impl::bump_version(tensor);  // an in-place write, as far as autograd knows
   Handle h = allreduce_async(s.view, s.view, options);
   h.keep_alive(hold(s.host));
   return TorchHandle(h, [host = s.host, tensor]() mutable {
@@ -148,7 +161,7 @@ TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& opti
 }
 
 TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions& options) {
-  Staged in = stage(tensor);
+  Staged in = stage(tensor, options.name);
   Handle h = allgather_async(in.view, options);
   h.keep_alive(hold(in.host));
   return TorchHandle(h, [h, device = tensor.device()]() mutable {
@@ -157,7 +170,8 @@ TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions&
 }
 
 TorchHandle broadcast_async_(torch::Tensor& tensor, const BroadcastOptions& options) {
-  Staged s = stage(tensor);
+  Staged s = stage(tensor, options.name);
+  torch::autograd::impl::bump_version(tensor);  // an in-place write, as far as autograd knows
   Handle h = broadcast_async(s.view, options);
   h.keep_alive(hold(s.host));
   return TorchHandle(h, [host = s.host, tensor]() mutable {
@@ -177,13 +191,15 @@ void broadcast_(torch::Tensor& tensor, const BroadcastOptions& options) {
   broadcast_async_(tensor, options).wait();
 }
 
-std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
-                                             const AllreduceOptions& options) {
+namespace {
+
+std::vector<torch::Tensor> grouped_allreduce_raw(const std::vector<torch::Tensor>& tensors,
+                                                 const AllreduceOptions& options) {
   std::vector<Staged> ins;
   std::vector<torch::Tensor> outs;
   std::vector<TensorView> in_views, out_views;
   for (const auto& t : tensors) {
-    ins.push_back(stage(t));
+    ins.push_back(stage(t, options.name));
     outs.push_back(torch::empty_like(ins.back().host));
     in_views.push_back(ins.back().view);
     out_views.push_back(view_into(outs.back(), ins.back()));
@@ -193,15 +209,17 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
   return outs;
 }
 
+}  // namespace
+
 TorchAlltoallResult alltoall(const torch::Tensor& tensor, const AlltoallOptions& options) {
-  Staged in = stage(tensor);
+  Staged in = stage(tensor, options.name);
   Handle h = alltoall_async(in.view, options);
   h.wait();
   return {from_kolo(std::move(h.mutable_output()), tensor.device()), h.received_splits()};
 }
 
 torch::Tensor reducescatter(const torch::Tensor& tensor, const ReducescatterOptions& options) {
-  Staged in = stage(tensor);
+  Staged in = stage(tensor, options.name);
   Handle h = reducescatter_async(in.view, options);
   h.wait();
   return from_kolo(std::move(h.mutable_output()), tensor.device());
@@ -218,27 +236,56 @@ AllreduceOptions allreduce_options(AutogradContext* ctx) {
   o.op = static_cast<ReduceOp>(ctx->saved_data["op"].toInt());
   o.prescale_factor = ctx->saved_data["pre"].toDouble();
   o.postscale_factor = ctx->saved_data["post"].toDouble();
+  o.compression = static_cast<Compression>(ctx->saved_data["compression"].toInt());
   o.name = grad_name(ctx->saved_data["name"].toStringRef());
   return o;
 }
 
+void save_allreduce_options(AutogradContext* ctx, const AllreduceOptions& o) {
+  ctx->saved_data["op"] = static_cast<int64_t>(o.op);
+  ctx->saved_data["pre"] = o.prescale_factor;
+  ctx->saved_data["post"] = o.postscale_factor;
+  ctx->saved_data["compression"] = static_cast<int64_t>(o.compression);
+  ctx->saved_data["name"] = o.name;
+}
+
 struct AllreduceFn : torch::autograd::Function<AllreduceFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, int64_t op, double pre,
-                               double post, const std::string& name) {
-    ctx->saved_data["op"] = op;
-    ctx->saved_data["pre"] = pre;
-    ctx->saved_data["post"] = post;
-    ctx->saved_data["name"] = name;
+                               double post, int64_t compression, const std::string& name) {
     AllreduceOptions o;
     o.op = static_cast<ReduceOp>(op);
     o.prescale_factor = pre;
     o.postscale_factor = post;
+    o.compression = static_cast<Compression>(compression);
     o.name = name;
+    save_allreduce_options(ctx, o);
     return allreduce_async(t, o).wait();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // d/dx_r of sum_k L_k(post * reduce(pre * x)) is the same reduction of the gradients.
-    return {allreduce(grads[0], allreduce_options(ctx)), {}, {}, {}, {}};
+    return {allreduce(grads[0], allreduce_options(ctx)), {}, {}, {}, {}, {}};
+  }
+};
+
+struct GroupedAllreduceFn : torch::autograd::Function<GroupedAllreduceFn> {
+  // A TensorList (not a vector): that is how autograd sees each tensor as an input.
+  static variable_list forward(AutogradContext* ctx, at::TensorList tensors, int64_t op, double pre,
+                               double post, int64_t compression, const std::string& name) {
+    AllreduceOptions o;
+    o.op = static_cast<ReduceOp>(op);
+    o.prescale_factor = pre;
+    o.postscale_factor = post;
+    o.compression = static_cast<Compression>(compression);
+    o.name = name;
+    save_allreduce_options(ctx, o);
+    return grouped_allreduce_raw(tensors.vec(), o);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // (autograd passes zeros for outputs that did not reach the loss, so every rank
+    // submits the same group)
+    variable_list out = grouped_allreduce_raw(grads, allreduce_options(ctx));
+    for (int i = 0; i < 5; ++i) out.emplace_back();
+    return out;
   }
 };
 
@@ -295,9 +342,21 @@ bool differentiable(const torch::Tensor& t) {
 torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& o) {
   if (differentiable(tensor)) {
     return AllreduceFn::apply(tensor, static_cast<int64_t>(o.op), o.prescale_factor,
-                              o.postscale_factor, o.name);
+                              o.postscale_factor, static_cast<int64_t>(o.compression), o.name);
   }
   return allreduce_async(tensor, o).wait();
+}
+
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const AllreduceOptions& o) {
+  for (const auto& t : tensors) {
+    if (differentiable(t)) {
+      return GroupedAllreduceFn::apply(at::TensorList(tensors), static_cast<int64_t>(o.op),
+                                       o.prescale_factor, o.postscale_factor,
+                                       static_cast<int64_t>(o.compression), o.name);
+    }
+  }
+  return grouped_allreduce_raw(tensors, o);
 }
 
 torch::Tensor allgather(const torch::Tensor& tensor, const AllgatherOptions& o) {
