@@ -1,17 +1,19 @@
 // The collectives the shm transport runs in its segment: allreduce, allreduce_pieces,
 // broadcast, barrier, control_and.
 //
-// allreduce: every rank's data sits at the start of its region (copied in, or already
-// there when the caller packed into fusion_buffer()). After a barrier, rank r reduces its
-// slice (about count/n elements, cut on 64-byte boundaries) across all n regions, block
-// by block, and writes each reduced block into every rank's region while it is still in
-// cache (a reduce-scatter and an allgather in one pass). A second barrier and every region
-// holds the result. Any other buffer takes the copy path, in chunks of about
-// kCopyChunkBudget / n bytes (so the regions' data is reused while in cache), two barriers
-// each; it reduces its own slice straight from and into the caller's buffer (only the
-// other slices pass through its region). Both paths read and write the
-// regions the same way, so ranks may mix them. The reduction folds sources in rank order, so
-// every rank gets the same bits as a sequential reduction 0, 1, ..., n-1.
+// allreduce: the buffer is reduced in chunks of about kCopyChunkBudget / n bytes (so the
+// regions' data is reused while in cache), two barriers each. A rank whose buffer is its
+// region (packed into fusion_buffer()) has every chunk in place already; any other buffer
+// takes the copy path, which copies each chunk's other slices into the region. In a chunk,
+// rank r reduces its slice (about m/n elements, cut on 64-byte boundaries) across all n
+// regions, block by block, and writes each reduced block into every rank's region while it
+// is still in cache (a reduce-scatter and an allgather in one pass); the copy path reduces
+// its own slice straight from and into the caller's buffer. Both paths cut the same chunks
+// and put chunk [off, off + m) at the same place in every region (at `off` when the whole
+// buffer fits in a region, else at 0: see chunk_base), so ranks may mix them in one
+// collective (a joined rank packs zeros while the others use allreduce_pieces). The
+// reduction folds sources in rank order, so every rank gets the same bits as a sequential
+// reduction 0, 1, ..., n-1.
 //
 // allreduce_pieces is the copy path over a list of tensors (their concatenation is cut
 // into chunks): prescale while copying in, postscale/average while copying out and, for
@@ -66,15 +68,15 @@ std::size_t ShmCommunicator::copy_chunk(std::size_t es) const {
   return std::min(seg_.region_bytes(), per_rank) / es;
 }
 
-Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, ReduceOp op,
-                                       const std::vector<OwnSpan>* own, const SliceStage* stage,
-                                       Deadline deadline) {
+Status ShmCommunicator::reduce_regions(std::size_t count, std::size_t base, DataType dtype,
+                                       ReduceOp op, const std::vector<OwnSpan>* own,
+                                       const SliceStage* stage, Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t es = dtype_size(dtype);
   KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
   const Slice mine = slice(count, es, me);
   const std::size_t block = kBlockBytes / es;
-  char* const region = seg_.region(me);
+  char* const region = seg_.region(me) + base * es;
   OwnSpan in_region{mine.lo, mine.hi, region + mine.lo * es, region + mine.lo * es};
   const OwnSpan* spans = own ? own->data() : &in_region;
   const std::size_t nspans = own ? own->size() : 1;
@@ -86,7 +88,7 @@ Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, Reduce
       scale_into(dst, src, m, dtype, span.prescale);
       src = dst;
     }
-    for (int r = 0; r < n; ++r) srcs_[r] = r == me ? src : seg_.region(r) + b * es;
+    for (int r = 0; r < n; ++r) srcs_[r] = r == me ? src : seg_.region(r) + (base + b) * es;
     reduce_many(dst, srcs_.data(), n, m, dtype, op);
     return dst;
   };
@@ -94,7 +96,7 @@ Status ShmCommunicator::reduce_regions(std::size_t count, DataType dtype, Reduce
   // unpacking), so ranks on different paths can share a collective.
   auto push_block = [&](const char* result, std::size_t b, std::size_t m) {
     for (int r = 0; r < n; ++r) {
-      if (r != me) std::memcpy(seg_.region(r) + b * es, result, m * es);
+      if (r != me) std::memcpy(seg_.region(r) + (base + b) * es, result, m * es);
     }
   };
   auto post_scale = [&](const OwnSpan& span, char* result, std::size_t m) {
@@ -144,7 +146,13 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
   char* region = seg_.region(rank());
   const std::size_t region_bytes = seg_.region_bytes();
   if (buffer == region && bytes <= region_bytes) {
-    return reduce_regions(count, dtype, op, nullptr, stage, deadline);
+    // In place, in the copy path's chunks (chunk_base(count, off) == off here).
+    const std::size_t chunk = copy_chunk(es);
+    for (std::size_t off = 0; off < count; off += chunk) {
+      KOLO_RETURN_IF_ERROR(
+          reduce_regions(std::min(chunk, count - off), off, dtype, op, nullptr, stage, deadline));
+    }
+    return Status::OK();
   }
   if (overlaps(buffer, bytes, region, region_bytes)) {
     return InvalidArgument(
@@ -197,15 +205,16 @@ Status ShmCommunicator::copy_path(const std::vector<AllreducePiece>& pieces, Dat
   for (std::size_t off = 0; off < total; off += chunk) {
     const std::size_t m = std::min(chunk, total - off);
     const Slice mine = slice(m, es, rank());
+    const std::size_t base = chunk_base(total, off, es);
     auto copy_in = [&](std::size_t begin, std::size_t end) {
-      char* to = region + (begin - off) * es;
+      char* to = region + (base + begin - off) * es;
       visit(begin, end, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
         scale_into(to, static_cast<const char*>(p.in) + at * es, len, dtype, p.prescale);
         to += len * es;
       });
     };
     auto copy_out = [&](std::size_t begin, std::size_t end) {
-      const char* from = region + (begin - off) * es;
+      const char* from = region + (base + begin - off) * es;
       visit(begin, end, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
         scale_into(static_cast<char*>(p.out) + at * es, from, len, dtype, p.postscale, p.divisor);
         from += len * es;
@@ -229,7 +238,7 @@ Status ShmCommunicator::copy_path(const std::vector<AllreducePiece>& pieces, Dat
       spans_.push_back(OwnSpan{mine.lo, mine.hi, static_cast<const char*>(pieces[0].in) + at,
                                static_cast<char*>(pieces[0].out) + at});
     }
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, dtype, op, &spans_, stage, deadline));
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, base, dtype, op, &spans_, stage, deadline));
     copy_out(off, off + mine.lo);
     copy_out(off + mine.hi, off + m);
   }

@@ -130,6 +130,45 @@ TEST(ShmAllreduceTest, ZeroCopyPathMatchesSequentialReferenceOnFourRanks) {
 TEST(ShmAllreduceTest, RanksMayMixZeroCopyAndCopyPaths) { check_allreduce(3, Path::kMixed); }
 TEST(ShmAllreduceTest, TwoRanks) { check_allreduce(2, Path::kCopy); }
 
+// A region that holds several copy-path chunks (8 MiB regions; 3 ranks: chunks of
+// 16 MiB / 3): rank 0 reduces in its region (as a joined rank or a packed fusion buffer
+// does), rank 1 through the copy path, rank 2 through allreduce_pieces, in the same
+// collectives. Before the paths cut the same chunks, the region path ran two barriers for
+// the whole buffer while the others ran two per chunk.
+TEST(ShmAllreduceTest, RanksMayMixPathsWhenARegionHoldsSeveralChunks) {
+  ShmOptions options;
+  options.region_bytes = std::size_t{8} << 20;
+  on_shm_ranks(3, options, [&](int rank, std::unique_ptr<Communicator>& comm) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt64, DataType::kFloat16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        const std::size_t es = dtype_size(dtype);
+        const std::size_t count = ((std::size_t{7} << 20) + 12345) / es;  // 2 chunks
+        std::vector<std::uint8_t> data = input(rank, dtype, count);
+        Status s;
+        if (rank == 0) {
+          void* region = comm->fusion_buffer(count * es);
+          ASSERT_NE(region, nullptr);
+          std::memcpy(region, data.data(), count * es);
+          s = comm->allreduce(region, count, dtype, op, in(30));
+          std::memcpy(data.data(), region, count * es);
+        } else if (rank == 1) {
+          s = comm->allreduce(data.data(), count, dtype, op, in(30));
+        } else {
+          const std::size_t first = count / 3;
+          s = comm->allreduce_pieces({{.in = data.data(), .out = data.data(), .count = first},
+                                      {.in = data.data() + first * es,
+                                       .out = data.data() + first * es,
+                                       .count = count - first}},
+                                     dtype, op, in(30));
+        }
+        ASSERT_TRUE(s.ok()) << "rank " << rank << ": " << s.to_string();
+        ASSERT_EQ(data, reference(3, dtype, op, count))
+            << "rank " << rank << " " << dtype_name(dtype) << " " << reduce_op_name(op);
+      }
+    }
+  });
+}
+
 // allreduce_pieces against packing: the pieces' concatenation, prescaled, reduced, then
 // postscaled and divided, is what every rank gets, bit for bit; pieces in place and not,
 // empty ones, several chunks (1 MiB regions). With `mixed`, odd ranks take the packed path
