@@ -139,7 +139,9 @@ Handle barrier_async(const BarrierOptions& options = {});
 void barrier(const BarrierOptions& options = {});
 
 // A rank that has run out of data calls join(): until every rank has joined, it takes
-// part in the others' allreduces with zeros (averages still divide by the full size).
+// part in the others' allreduces with the op's identity: zeros for sums (averages still
+// divide by the full size), +inf / the type's largest value for min, -inf / the lowest for
+// max, 1 for product.
 // Allgather, broadcast, alltoall and reducescatter fail while a rank has joined.
 // Returns the last rank to join, the same on every rank.
 Handle join_async();

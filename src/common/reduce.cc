@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace kolo {
@@ -166,7 +167,54 @@ void scale_16(void* dst, const void* src, std::size_t n, double factor) {
   for (std::size_t i = 0; i < n; ++i) out[i] = FromF(ToF(in[i]) * f);
 }
 
+template <typename T>
+void fill_typed(void* buf, std::size_t n, T value) {
+  std::fill_n(static_cast<T*>(buf), n, value);
+}
+
+// The identity of `op` for a native type.
+template <typename T>
+T identity_of(ReduceOp op) {
+  using L = std::numeric_limits<T>;
+  switch (op) {
+    case ReduceOp::kProduct:
+      return T(1);
+    case ReduceOp::kMin:
+      return L::has_infinity ? L::infinity() : L::max();
+    case ReduceOp::kMax:
+      return L::has_infinity ? -L::infinity() : L::lowest();
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      break;
+  }
+  return T(0);
+}
+
 }  // namespace
+
+void fill_identity(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return fill_typed(buf, count, identity_of<float>(op));
+    case DataType::kFloat64:
+      return fill_typed(buf, count, identity_of<double>(op));
+    case DataType::kFloat16:
+      return fill_typed(buf, count, float_to_half(identity_of<float>(op)));
+    case DataType::kBFloat16:
+      return fill_typed(buf, count, float_to_bfloat16(identity_of<float>(op)));
+    case DataType::kInt8:
+      return fill_typed(buf, count, identity_of<std::int8_t>(op));
+    case DataType::kUInt8:
+      return fill_typed(buf, count, identity_of<std::uint8_t>(op));
+    case DataType::kInt32:
+      return fill_typed(buf, count, identity_of<std::int32_t>(op));
+    case DataType::kInt64:
+      return fill_typed(buf, count, identity_of<std::int64_t>(op));
+    case DataType::kBool:
+      return fill_typed(
+          buf, count, static_cast<std::uint8_t>(op == ReduceOp::kProduct || op == ReduceOp::kMin));
+  }
+}
 
 void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {

@@ -40,6 +40,12 @@ void scale(void* buf, std::size_t count, DataType dtype, double factor, double d
 void scale_into(void* dst, const void* src, std::size_t count, DataType dtype, double factor,
                 double divisor = 1.0);
 
+// buf[i] = the identity of `op` for i < count: the x with op(x, y) == y for every y. 0 for
+// sum and average, 1 for product, the largest value (+inf for floating point) for min and
+// the lowest (-inf) for max; bool: false for sum/max, true for product/min. What a rank
+// that has joined contributes to the others' allreduces.
+void fill_identity(void* buf, std::size_t count, DataType dtype, ReduceOp op);
+
 // IEEE binary16 and bfloat16 conversions (round to nearest even).
 float half_to_float(std::uint16_t h);
 std::uint16_t float_to_half(float f);

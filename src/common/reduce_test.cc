@@ -321,4 +321,28 @@ TEST(BFloat16Test, ExhaustiveRoundTripAndMidpoints) {
 }
 
 }  // namespace
+// fill_identity: op(identity, x) == x for every dtype and op, including the types' extremes
+// (bool: 0 and 1); what a joined rank contributes.
+TEST(FillIdentityTest, LeavesEveryValueUnchanged) {
+  for (DataType dtype : kolo::testing::kEveryDtype) {
+    std::vector<double> values = {0, 1, 2, 100};
+    if (dtype != DataType::kBool && dtype != DataType::kUInt8) values.push_back(-7);
+    if (dtype == DataType::kBool) values = {0, 1};
+    if (dtype == DataType::kInt8) values.insert(values.end(), {-128, 127});
+    if (dtype == DataType::kUInt8) values.push_back(255);
+    if (dtype == DataType::kInt32) values.insert(values.end(), {-2147483648.0, 2147483647.0});
+    for (ReduceOp op : kolo::testing::kTransportOps) {
+      const std::vector<std::uint8_t> x = encode(dtype, values);
+      std::vector<std::uint8_t> id(x.size(), 0xAB);
+      fill_identity(id.data(), values.size(), dtype, op);
+      std::vector<std::uint8_t> got = id;
+      reduce_into(got.data(), x.data(), values.size(), dtype, op);
+      EXPECT_EQ(decode(dtype, got), values) << dtype_name(dtype) << " " << reduce_op_name(op);
+    }
+  }
+  std::vector<std::uint8_t> avg(4 * sizeof(float), 0xAB);
+  fill_identity(avg.data(), 4, DataType::kFloat32, ReduceOp::kAverage);
+  EXPECT_EQ(decode(DataType::kFloat32, avg), std::vector<double>(4, 0.0));
+}
+
 }  // namespace kolo

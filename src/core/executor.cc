@@ -49,7 +49,9 @@ Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* en
       // Copy to the output and prescale in one pass.
       scale_into(out.data, in.data, count, r.dtype, r.prescale);
     } else {
-      zeros = Tensor(r.dtype, r.shapes[i]);  // value-initialised: zeros, prescaled or not
+      // A joined rank: the op's identity (zeros for sums), so the others' result is theirs.
+      zeros = Tensor(r.dtype, r.shapes[i]);
+      fill_identity(zeros.data(), count, r.dtype, r.reduce_op);
       buf = zeros.data();
     }
     // A grouped allreduce runs tensor by tensor: its phases span the first tensor's
@@ -160,7 +162,7 @@ namespace {
 
 // The pieces of a gather/scatter allreduce of `items` (Communicator::allreduce_pieces), or
 // false when they must be packed instead: a rank that joined or cannot read its memory
-// contributes zeros, a compressed wire dtype needs converting, and tensors that share
+// contributes the op's identity, a compressed wire dtype needs converting, and tensors that share
 // memory (other than a tensor's own input and output) would see each other's results.
 bool gather_pieces(const std::vector<FusedItem>& items, int size,
                    std::vector<transport::AllreducePiece>* pieces) {
@@ -215,7 +217,7 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
     return Status::OK();
   }
   // An entry this rank cannot read (device memory not staged on the host) fails alone;
-  // it still takes part with zeros so the other ranks' collective completes.
+  // it still takes part (with the op's identity) so the other ranks' collective completes.
   std::vector<Entry*> entries(items.size());
   for (std::size_t k = 0; k < items.size(); ++k) {
     entries[k] = items[k].entry;
@@ -242,7 +244,7 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
         // Copy (or compress) and prescale in one pass.
         convert_scaled(entries[k]->inputs[i].data, r.dtype, dst, wire, count, r.prescale);
       } else {
-        std::memset(dst, 0, count * elem);  // a joined rank contributes zeros
+        fill_identity(dst, count, wire, r.reduce_op);  // a joined rank: op's identity
       }
       offset += count;
     }

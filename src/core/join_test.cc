@@ -1,5 +1,5 @@
-// join(): ranks that run out of data contribute zeros to the others' allreduces until
-// every rank has joined; join returns the last rank to join on every rank.
+// join(): ranks that run out of data contribute the op's identity (zeros for sums) to the
+// others' allreduces until every rank has joined; join returns the last rank to join on every rank.
 #include "core/testing/ranks.h"
 
 namespace kolo::core {
@@ -68,6 +68,53 @@ TEST(JoinTest, EachRankInTurnJoinsFirst) {
       run_join(n, first);
     }
   }
+}
+
+// Min, max and product ignore a joined rank (it contributes +inf / -inf / 1, or the
+// integer type's extremes), alone and fused with other allreduces, in float32 and int32.
+TEST(JoinTest, JoinedRanksContributeTheIdentityOfMinMaxAndProduct) {
+  const int n = 3, joined = 1;
+  run_ranks(n, test_config(), [&](int rank, Runtime& rt) {
+    if (rank == joined) {
+      rt.join().wait();
+      return;
+    }
+    // Values of ranks 0 and 2 chosen so that a zero from the joined rank would change the
+    // result: op, rank 0's value, rank 2's, the result.
+    struct Case {
+      ReduceOp op;
+      float a, b, want;
+    };
+    const Case cases[] = {
+        {ReduceOp::kMin, 2, 5, 2}, {ReduceOp::kMax, -3, -5, -3}, {ReduceOp::kProduct, -3, 5, -15}};
+    for (int round = 0; round < 2; ++round) {  // the second round hits the response cache
+      std::vector<std::vector<float>> f;
+      std::vector<std::vector<std::int32_t>> i;
+      for (const Case& c : cases) {
+        const float mine = rank == 0 ? c.a : c.b;
+        f.emplace_back(4, mine);
+        i.emplace_back(4, static_cast<std::int32_t>(mine));
+      }
+      std::vector<Handle> handles;
+      for (std::size_t k = 0; k < std::size(cases); ++k) {
+        AllreduceOptions o;
+        o.op = cases[k].op;
+        o.name = std::string("f.") + reduce_op_name(o.op);
+        handles.push_back(rt.allreduce({view_of(f[k], DataType::kFloat32)},
+                                       {view_of(f[k], DataType::kFloat32)}, o, false));
+        o.name = std::string("i.") + reduce_op_name(o.op);
+        handles.push_back(rt.allreduce({view_of(i[k], DataType::kInt32)},
+                                       {view_of(i[k], DataType::kInt32)}, o, false));
+      }
+      for (auto& h : handles) h.wait();
+      for (std::size_t k = 0; k < std::size(cases); ++k) {
+        for (float x : f[k]) ASSERT_EQ(x, cases[k].want) << reduce_op_name(cases[k].op);
+        for (std::int32_t x : i[k])
+          ASSERT_EQ(x, static_cast<std::int32_t>(cases[k].want)) << reduce_op_name(cases[k].op);
+      }
+    }
+    rt.join().wait();
+  });
 }
 
 TEST(JoinTest, CollectivesThatNeedEveryRankFailWhileARankHasJoined) {
