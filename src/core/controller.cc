@@ -53,11 +53,15 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
     uncached_.push_back(std::move(r));
   }
   // A hit that waits long may be a stall: renegotiate it so the coordinator can see
-  // (and report) which ranks are missing.
-  if (config_.stall_check_seconds > 0) {
+  // (and report, or shut down on) which ranks are missing: after half the shorter of the
+  // stall check and stall shutdown periods that are on.
+  double patience = 0;
+  for (double period : {config_.stall_check_seconds, config_.stall_shutdown_seconds}) {
+    if (period > 0) patience = patience > 0 ? std::min(patience, period / 2) : period / 2;
+  }
+  if (patience > 0) {
     for (const auto& [bit, hit] : hits_) {
-      if (std::chrono::duration<double>(now - hit.since).count() >
-          config_.stall_check_seconds / 2) {
+      if (std::chrono::duration<double>(now - hit.since).count() > patience) {
         set_bit(*invalid, 0, bit);
       }
     }
@@ -182,13 +186,18 @@ void Controller::propose(const Tunables& tunables) {
 }
 
 void Controller::check_stalls(Clock::time_point now) {
-  if (config_.stall_check_seconds <= 0 || now < next_stall_check_ || table_.empty()) return;
-  // Look once a second; warn about each stalled name once per KOLO_STALL_CHECK_SECONDS.
+  const bool warn = config_.stall_check_seconds > 0;
+  if ((!warn && config_.stall_shutdown_seconds <= 0) || now < next_stall_check_ || table_.empty())
+    return;
+  // Look once a second; warn about each stalled name once per KOLO_STALL_CHECK_SECONDS
+  // (when that is on; the shutdown below works without it).
   next_stall_check_ = now + std::chrono::seconds(1);
   const auto period = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config_.stall_check_seconds));
   std::unordered_map<std::string, Clock::time_point> still_warned;
-  for (const auto& s : table_.stalls(now, config_.stall_check_seconds)) {
+  const auto stalls =
+      warn ? table_.stalls(now, config_.stall_check_seconds) : std::vector<MessageTable::Stall>();
+  for (const auto& s : stalls) {
     auto it = warned_.find(s.name);
     if (it != warned_.end() && now - it->second < period) {
       still_warned.insert(*it);

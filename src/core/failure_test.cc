@@ -92,5 +92,36 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
   EXPECT_NE(err.find("[kolo 0 warning stall]"), std::string::npos) << err;
 }
 
+// KOLO_STALL_SHUTDOWN_SECONDS works with the stall check (warnings) off, also for a name
+// that is a cache hit: the waiting rank fails within a bound instead of hanging.
+TEST(FailureTest, StallShutdownWorksWithTheStallCheckOff) {
+  Config c = test_config();
+  c.stall_check_seconds = 0;
+  c.stall_shutdown_seconds = 1;
+  std::atomic<bool> done{false};
+  run_ranks(2, c, [&](int rank, Runtime& rt) {
+    std::vector<float> v(4, 1.0f);
+    AllreduceOptions o;
+    o.name = "cached";
+    for (int i = 0; i < 2; ++i) {
+      rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
+          .wait();
+    }
+    if (rank == 1) {
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    const auto start = Clock::now();
+    Handle h =
+        rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+    const bool finished = h.wait_for(std::chrono::seconds(15));
+    done = true;  // rank 1 may go
+    ASSERT_TRUE(finished) << "stall shutdown never came";
+    EXPECT_EQ(h.error_code(), ErrorCode::kStalled) << h.error_message();
+    EXPECT_NE(h.error_message().find("'cached'"), std::string::npos) << h.error_message();
+    EXPECT_LT(seconds_since(start), 10.0);
+  });
+}
+
 }  // namespace
 }  // namespace kolo::core
