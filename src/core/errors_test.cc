@@ -258,6 +258,38 @@ TEST(ErrorsTest, LocalArgumentErrorsThrowAtEnqueue) {
     AllgatherOptions other_set;
     other_set.process_set = 3;
     EXPECT_THROW(rt.allgather(view_of(a, DataType::kFloat32), other_set), Error);
+    // Negative dimensions even when their product is positive, and sizes past 64 bits.
+    auto expect_invalid = [](const std::function<void()>& f, const std::string& part) {
+      try {
+        f();
+        ADD_FAILURE() << "no error, expected one mentioning " << part;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      }
+    };
+    AllgatherOptions neg;
+    neg.name = "neg";
+    expect_invalid(
+        [&] {
+          rt.allgather(view_of(a.data(), DataType::kFloat32, {-2, -2}), neg);
+        },
+        "negative dimension [-2, -2]");
+    AllreduceOptions huge;
+    huge.name = "huge";
+    TensorView big = view_of(a.data(), DataType::kFloat32, {std::int64_t{1} << 40, 1 << 22});
+    expect_invalid([&] { rt.allreduce({big}, {big}, huge, false); }, "does not fit in 64 bits");
+    // The fixed names of join() and barrier() are not tensor names.
+    for (const char* reserved : {"join", "barrier"}) {
+      AllreduceOptions o;
+      o.name = reserved;
+      expect_invalid(
+          [&] {
+            rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
+                         false);
+          },
+          "reserved");
+    }
   });
 }
 

@@ -18,9 +18,20 @@ namespace {
 }
 
 void check_view(const TensorView& v, const std::string& what) {
-  if (v.numel() < 0)
-    throw_error(ErrorCode::kInvalidArgument,
-                what + " has a negative dimension " + shape_string(v.shape));
+  // Every dimension, not only the product: {-2, -3} has 6 "elements".
+  std::int64_t elements = 1;
+  for (std::int64_t d : v.shape) {
+    if (d < 0) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  what + " has a negative dimension " + shape_string(v.shape));
+    }
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(elements, d, &elements) ||
+        __builtin_mul_overflow(elements, static_cast<std::int64_t>(dtype_size(v.dtype)), &bytes)) {
+      throw_error(ErrorCode::kInvalidArgument, what + " has shape " + shape_string(v.shape) +
+                                                   ": its size in bytes does not fit in 64 bits");
+    }
+  }
   if (v.data == nullptr && v.numel() > 0) {
     throw_error(ErrorCode::kInvalidArgument,
                 what + " has " + std::to_string(v.numel()) + " elements but a null data pointer");
@@ -97,6 +108,15 @@ Handle Runtime::enqueue(Request request, std::vector<TensorView> inputs,
                   std::string(op_name(request.op)) + " '" + request.name +
                       "': kolo is not running (call kolo::init() first; after kolo::shutdown() "
                       "no operation can be submitted)");
+    }
+    const bool internal = request.op == OpType::kJoin || request.op == OpType::kBarrier;
+    if (!internal && (request.name == "join" || request.name == "barrier")) {
+      // The fixed names of join() and barrier(): a tensor by that name would be confused
+      // with them on ranks that joined or wait in a barrier.
+      throw_error(ErrorCode::kInvalidArgument,
+                  std::string(op_name(request.op)) + " '" + request.name +
+                      "': the names 'join' and 'barrier' are reserved for kolo::join() and "
+                      "kolo::barrier(); choose another name");
     }
     if (table_.count(request.name)) {
       throw_error(ErrorCode::kDuplicateName,
