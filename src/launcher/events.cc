@@ -2,8 +2,10 @@
 #include "launcher/events.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <sstream>
 
 namespace kolo::launcher {
@@ -21,8 +23,9 @@ bool parse_int(const std::string& text, int* out) {
 
 }  // namespace
 
-std::string format_exit_event(const WorkerExit& e) {
+std::string format_exit_event(const WorkerExit& e, const std::string& token) {
   std::string s = kEventPrefix;
+  s += "token=" + token + " ";
   s += "rank=" + std::to_string(e.rank) + " host=" + (e.host.empty() ? "?" : e.host);
   if (e.signal != 0) {
     s += " signal=" + std::to_string(e.signal);
@@ -33,9 +36,10 @@ std::string format_exit_event(const WorkerExit& e) {
   return s;
 }
 
-bool parse_exit_event(const std::string& line, WorkerExit* out) {
-  if (line.rfind(kEventPrefix, 0) != 0) return false;
-  std::stringstream words(line.substr(std::strlen(kEventPrefix)));
+bool parse_exit_event(const std::string& line, const std::string& token, WorkerExit* out) {
+  const std::string head = std::string(kEventPrefix) + "token=" + token + " ";
+  if (token.empty() || line.rfind(head, 0) != 0) return false;
+  std::stringstream words(line.substr(head.size()));
   WorkerExit e;
   bool have_rank = false, have_host = false, have_end = false;
   std::string word;
@@ -60,6 +64,23 @@ bool parse_exit_event(const std::string& line, WorkerExit* out) {
   if (!have_rank || !have_host || !have_end) return false;
   *out = e;
   return true;
+}
+
+bool find_exit_event(const std::string& line, const std::string& token, std::string* before,
+                     WorkerExit* out) {
+  if (token.empty()) return false;
+  const std::string head = std::string(kEventPrefix) + "token=" + token + " ";
+  const std::size_t at = line.find(head);
+  if (at == std::string::npos || !parse_exit_event(line.substr(at), token, out)) return false;
+  *before = line.substr(0, at);
+  return true;
+}
+
+std::string make_event_token() {
+  std::random_device device;
+  char text[17];
+  std::snprintf(text, sizeof text, "%08x%08x", device(), device());
+  return text;
 }
 
 std::string describe_exit(const WorkerExit& e) {

@@ -2,8 +2,11 @@
 //
 // The marker travels on the worker's stderr through mpirun, so it must survive being
 // mixed with other output: it is one whole line, written with one write(), in a fixed
-// `KOLO_LAUNCHER_EVENT key=value ...` form. Worker output cannot forge it because the
-// shim prefixes every line the program writes with "[rank] ". Pure. Not for: reading
+// `KOLO_LAUNCHER_EVENT token=T key=value ...` form. mpirun forwards output in chunks, so
+// the marker may arrive spliced after another worker's unfinished line: it is found
+// anywhere in a line. T is a random token kolorun makes for each job and passes to the
+// shims only (KOLO_LAUNCHER_TOKEN, removed from the program's environment), so the
+// program's own output cannot forge a marker. Pure. Not for: reading
 // pipes (lines.h) or deciding what to do about a failure (supervisor.h).
 #pragma once
 
@@ -12,6 +15,8 @@
 namespace kolo::launcher {
 
 inline constexpr const char* kEventPrefix = "KOLO_LAUNCHER_EVENT ";
+// The job's marker token, from kolorun to the shims.
+inline constexpr const char* kTokenVar = "KOLO_LAUNCHER_TOKEN";
 
 struct WorkerExit {
   int rank = 0;
@@ -27,12 +32,20 @@ struct WorkerExit {
   int status() const { return signal != 0 ? 128 + signal : exit_code; }
 };
 
-// "KOLO_LAUNCHER_EVENT rank=1 host=h exit=3" or "... signal=9", plus " stopped=1" when
-// the shim had been asked to stop (no newline).
-std::string format_exit_event(const WorkerExit& e);
+// "KOLO_LAUNCHER_EVENT token=T rank=1 host=h exit=3" or "... signal=9", plus " stopped=1"
+// when the shim had been asked to stop (no newline).
+std::string format_exit_event(const WorkerExit& e, const std::string& token);
 
-// Parses a line (without its newline) written by format_exit_event.
-bool parse_exit_event(const std::string& line, WorkerExit* out);
+// Parses a line (without its newline) written by format_exit_event with `token`.
+bool parse_exit_event(const std::string& line, const std::string& token, WorkerExit* out);
+
+// Finds a marker with `token` anywhere in `line` (spliced after another worker's
+// unfinished output by mpirun); `before` gets the text in front of it.
+bool find_exit_event(const std::string& line, const std::string& token, std::string* before,
+                     WorkerExit* out);
+
+// A random token for one job (hex).
+std::string make_event_token();
 
 // "rank 1 (host h) exited with status 3" / "rank 1 (host h) was killed by signal 9 (Killed)".
 std::string describe_exit(const WorkerExit& e);

@@ -8,39 +8,64 @@ namespace {
 
 TEST(ExitEvent, RoundTripsExitAndSignal) {
   WorkerExit e{1, "node7", 3, 0};
-  EXPECT_EQ(format_exit_event(e), "KOLO_LAUNCHER_EVENT rank=1 host=node7 exit=3");
+  EXPECT_EQ(format_exit_event(e, "t1"), "KOLO_LAUNCHER_EVENT token=t1 rank=1 host=node7 exit=3");
   WorkerExit back;
-  ASSERT_TRUE(parse_exit_event(format_exit_event(e), &back));
+  ASSERT_TRUE(parse_exit_event(format_exit_event(e, "t1"), "t1", &back));
   EXPECT_EQ(back.rank, 1);
   EXPECT_EQ(back.host, "node7");
   EXPECT_EQ(back.status(), 3);
   EXPECT_TRUE(back.failed());
 
   WorkerExit k{2, "h", 0, 9};
-  EXPECT_EQ(format_exit_event(k), "KOLO_LAUNCHER_EVENT rank=2 host=h signal=9");
-  ASSERT_TRUE(parse_exit_event(format_exit_event(k), &back));
+  EXPECT_EQ(format_exit_event(k, "t1"), "KOLO_LAUNCHER_EVENT token=t1 rank=2 host=h signal=9");
+  ASSERT_TRUE(parse_exit_event(format_exit_event(k, "t1"), "t1", &back));
   EXPECT_EQ(back.signal, 9);
   EXPECT_EQ(back.status(), 137);
 
-  ASSERT_TRUE(parse_exit_event("KOLO_LAUNCHER_EVENT rank=0 host=h exit=0", &back));
+  ASSERT_TRUE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t1 rank=0 host=h exit=0", "t1", &back));
   EXPECT_FALSE(back.failed());
   EXPECT_FALSE(back.stopped);
 
   WorkerExit s{3, "h", 0, 15, true};
-  EXPECT_EQ(format_exit_event(s), "KOLO_LAUNCHER_EVENT rank=3 host=h signal=15 stopped=1");
-  ASSERT_TRUE(parse_exit_event(format_exit_event(s), &back));
+  EXPECT_EQ(format_exit_event(s, "t1"),
+            "KOLO_LAUNCHER_EVENT token=t1 rank=3 host=h signal=15 stopped=1");
+  ASSERT_TRUE(parse_exit_event(format_exit_event(s, "t1"), "t1", &back));
   EXPECT_TRUE(back.stopped);
 }
 
 TEST(ExitEvent, IgnoresOtherLines) {
   WorkerExit e;
-  EXPECT_FALSE(parse_exit_event("[1] KOLO_LAUNCHER_EVENT rank=1 host=h exit=3", &e));
-  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT rank=1 host=h", &e));
-  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT rank=x host=h exit=1", &e));
-  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT host=h exit=1", &e));
-  EXPECT_FALSE(parse_exit_event("hello", &e));
+  const std::string t = "t1";
+  EXPECT_FALSE(parse_exit_event("[1] KOLO_LAUNCHER_EVENT token=t1 rank=1 host=h exit=3", t, &e));
+  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t1 rank=1 host=h", t, &e));
+  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t1 rank=x host=h exit=1", t, &e));
+  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t1 host=h exit=1", t, &e));
+  EXPECT_FALSE(parse_exit_event("hello", t, &e));
+  // Without the job's token (a program printing the marker) it is not a marker.
+  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT rank=1 host=h exit=3", t, &e));
+  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t2 rank=1 host=h exit=3", t, &e));
+  EXPECT_FALSE(parse_exit_event("KOLO_LAUNCHER_EVENT token= rank=1 host=h exit=3", "", &e));
+  std::string before;
+  EXPECT_FALSE(
+      find_exit_event("[0] x KOLO_LAUNCHER_EVENT token=t2 rank=1 host=h exit=3", t, &before, &e));
   // Fields a later shim adds are skipped.
-  EXPECT_TRUE(parse_exit_event("KOLO_LAUNCHER_EVENT rank=1 host=h exit=1 pid=77", &e));
+  EXPECT_TRUE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t1 rank=1 host=h exit=1 pid=77", t, &e));
+}
+
+// mpirun forwards output in chunks: the marker can follow another worker's unfinished line.
+TEST(ExitEvent, IsFoundAfterAnotherWorkersUnfinishedLine) {
+  WorkerExit e;
+  std::string before;
+  ASSERT_TRUE(find_exit_event("[0] zzzzKOLO_LAUNCHER_EVENT token=ab12 rank=1 host=vm exit=3",
+                              "ab12", &before, &e));
+  EXPECT_EQ(before, "[0] zzzz");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.status(), 3);
+  ASSERT_TRUE(find_exit_event(format_exit_event(e, "ab12"), "ab12", &before, &e));
+  EXPECT_EQ(before, "");
+  const std::string t1 = make_event_token(), t2 = make_event_token();
+  EXPECT_EQ(t1.size(), 16u);
+  EXPECT_NE(t1, t2);
 }
 
 TEST(ExitEvent, DescribesFailures) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "launcher/events.h"
 #include "launcher/hosts.h"
 #include "launcher/layout.h"
 #include "launcher/mpirun_command.h"
@@ -152,6 +153,10 @@ int main(int argc, char** argv) {
   }
   if (Status s = launcher::validate(request); !s.ok()) return fail(s.message());
 
+  // The shims mark their exit reports with this job's token (exported with the other
+  // KOLO_* variables; the shim removes it from the program's environment).
+  const std::string token = launcher::make_event_token();
+  ::setenv(launcher::kTokenVar, token.c_str(), 1);
   launcher::MpirunInputs inputs;
   inputs.as_root = ::geteuid() == 0;
   inputs.self_exe = self_exe();
@@ -166,5 +171,6 @@ int main(int argc, char** argv) {
   supervise.mpirun_argv = command;
   supervise.np = np;
   supervise.grace_seconds = grace_seconds;
+  supervise.event_token = token;
   return launcher::supervise(supervise);
 }

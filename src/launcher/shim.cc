@@ -1,6 +1,7 @@
 // The per-worker shim that mpirun runs (see shim.h).
 #include "launcher/shim.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,6 +43,36 @@ std::string host_name() {
 
 void say(const std::string& prefix, const std::string& text) {
   write_all(2, prefix + "kolorun: " + text + "\n");
+}
+
+// Kills what the program left behind in this shim's process group once it has exited
+// (a shell script's background jobs, a daemon it started): the worker is over, and
+// nobody else would stop them (mpirun only signals the group when it aborts a job). Only
+// when the shim leads its own group, as mpirun starts it; never the shim itself.
+void kill_leftovers() {
+  const pid_t self = ::getpid();
+  if (::getpgrp() != self) return;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return;
+  while (const dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self) continue;
+    const std::string stat_path = std::string("/proc/") + e->d_name + "/stat";
+    FILE* f = std::fopen(stat_path.c_str(), "r");
+    if (!f) continue;
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')', so parse after the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (close && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3 && pgrp == self)
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  ::closedir(proc);
 }
 
 // Waits for a stop signal from mpirun (or anyone) until `linger` has passed.
@@ -148,6 +180,10 @@ int run_shim(const ShimOptions& options) {
   prefix += "] ";
   if (!warning.empty()) say(prefix, "warning: " + warning);
   for (const auto& [name, value] : rank_variables(ranks)) ::setenv(name.c_str(), value.c_str(), 1);
+  // The marker token is kolorun's and the shim's; the program does not see it (events.h).
+  const char* token_env = std::getenv(kTokenVar);
+  const std::string token = token_env ? token_env : "";
+  ::unsetenv(kTokenVar);
 
   WorkerExit result;
   result.rank = ranks.rank;
@@ -207,11 +243,12 @@ int run_shim(const ShimOptions& options) {
       }
     }
     output.finish(to_stdout, to_stderr);
+    kill_leftovers();
     result.stopped = stop_requested;
     if (stop_requested) linger = false;  // the job is already being stopped
   }
 
-  write_all(2, format_exit_event(result) + "\n");
+  write_all(2, format_exit_event(result, token) + "\n");
   if (result.failed() && linger) linger_until_stopped(signal_fd, options.linger_seconds);
   return result.status();
 }

@@ -122,7 +122,10 @@ int Job::run() {
 
 void Job::on_stderr_line(std::string_view line) {
   WorkerExit e;
-  if (parse_exit_event(std::string(line), &e)) {
+  std::string before;
+  if (find_exit_event(std::string(line), o_.event_token, &before, &e)) {
+    // Text in front is another worker's unfinished line that mpirun forwarded first.
+    if (!before.empty() && !(stopping_ && !is_worker_line(before))) write_all(2, before + "\n");
     on_marker(e);
     return;
   }

@@ -26,6 +26,9 @@ struct SuperviseOptions {
   double kill_after_seconds = 5;  // SIGTERM -> SIGKILL for mpirun (its own sequence takes 2 s)
   // After every worker reported, mpirun should exit promptly; past this it is stopped.
   double finish_seconds = 10;
+  // The token in the workers' exit markers (events.h; also in mpirun's environment as
+  // KOLO_LAUNCHER_TOKEN).
+  std::string event_token;
 };
 
 // Runs the job; returns kolorun's exit status: 0 if every worker exited 0, else the

@@ -4,6 +4,9 @@
 // fails). Failure paths use a short --grace-seconds so that the suite stays fast.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdio>
@@ -86,6 +89,36 @@ TEST(Kolorun, KeepsStdoutAndStderrApart) {
             (std::multiset<std::string>{"[0] out 0", "[1] out 1", "[0] tail", "[1] tail"}))
       << r.out;
   EXPECT_EQ(line_set(r.err), (std::multiset<std::string>{"[0] err 0", "[1] err 1"})) << r.err;
+}
+
+// A successful worker's background processes (here a shell's `sleep &`, which also keeps
+// its stdout open) end with the worker instead of outliving kolorun; the program does not
+// see the launcher's marker token.
+TEST(Kolorun, ProcessesAWorkerLeavesBehindEndWithIt) {
+  char dir[] = "/tmp/kolorun_leftover_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string pids = std::string(dir) + "/pid.";
+  RunResult r = run_kolorun(
+      {"-np", "2", "sh", "-c",
+       "sleep 300 & echo $! > " + pids + "$KOLO_RANK; echo \"token=[$KOLO_LAUNCHER_TOKEN]\""});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(line_set(r.out), (std::multiset<std::string>{"[0] token=[]", "[1] token=[]"})) << r.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream f(pids + std::to_string(rank));
+    pid_t pid = 0;
+    ASSERT_TRUE(f >> pid) << "rank " << rank << " wrote no pid";
+    bool gone = false;
+    for (int i = 0; i < 50 && !gone; ++i) {  // up to 5 s
+      gone = ::kill(pid, 0) != 0 && errno == ESRCH;
+      if (!gone) ::usleep(100000);
+    }
+    if (!gone) ::kill(pid, SIGKILL);
+    EXPECT_TRUE(gone) << "rank " << rank << "'s background sleep (pid " << pid
+                      << ") outlived the job";
+    std::remove((pids + std::to_string(rank)).c_str());
+  }
+  ::rmdir(dir);
 }
 
 TEST(Kolorun, AFailingWorkerStopsTheOthersAfterTheGracePeriod) {
