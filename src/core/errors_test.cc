@@ -180,6 +180,25 @@ TEST(ErrorsTest, BadAlltoallSplits) {
   }
 }
 
+// A layout past MPI's int byte counts fails on every rank, naming the rank and the
+// sizes, although only rank 0 sends that much (the others used to wait for it until
+// their deadline). The data is never read: the check comes before any transfer.
+TEST(ErrorsTest, AlltoallPastIntByteCountsFailsEverywhere) {
+  const std::int64_t rows = (std::int64_t{1} << 29) + 1;  // float32: 2 GiB + 4 bytes
+  std::vector<float> small(4);
+  expect_error_everywhere(
+      2,
+      [&](int rank, Runtime& rt, Tensor&) {
+        AlltoallOptions o;
+        o.name = "big";
+        o.splits = rank == 0 ? std::vector<std::int64_t>{0, rows} : std::vector<std::int64_t>{0, 0};
+        return rt.alltoall(view_of(small.data(), DataType::kFloat32, {rank == 0 ? rows : 0}), o);
+      },
+      ErrorCode::kInvalidArgument,
+      {"alltoall 'big': rank 0 sends 536870913 rows (2147483652 bytes) to rank 1",
+       "split the exchange"});
+}
+
 TEST(ErrorsTest, ZeroDimensionalReducescatterAndAllgather) {
   expect_error_everywhere(2,
                           [](int, Runtime& rt, Tensor& t) {

@@ -1,6 +1,7 @@
 #include "core/executor.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "common/convert.h"
@@ -79,11 +80,42 @@ Status run_allgather(transport::Communicator& comm, const Response& r, Entry& en
   return comm.allgatherv(entry.inputs[0].data, out.data(), bytes, deadline);
 }
 
+// MPI moves alltoall data with int byte counts and displacements. The response holds
+// every rank's splits, so each rank checks every rank's layout and all fail together,
+// instead of the one whose layout is too large failing alone while the others wait in
+// the exchange until their deadline.
+Status check_alltoall_layouts(const Response& r, int size, std::size_t rb) {
+  constexpr auto kMax = static_cast<std::size_t>(INT_MAX);
+  for (int i = 0; i < size; ++i) {
+    for (const bool sends : {true, false}) {
+      std::size_t offset = 0;
+      for (int j = 0; j < size; ++j) {
+        const auto rows = static_cast<std::size_t>(sends ? r.splits[std::size_t(i) * size + j]
+                                                         : r.splits[std::size_t(j) * size + i]);
+        std::size_t bytes = 0;
+        if (__builtin_mul_overflow(rows, rb, &bytes) || bytes > kMax || offset > kMax) {
+          return InvalidArgument(
+              "alltoall '" + r.name + "': rank " + std::to_string(i) +
+              (sends ? " sends " : " receives ") + std::to_string(rows) + " rows (" +
+              std::to_string(bytes) + " bytes) " + (sends ? "to" : "from") + " rank " +
+              std::to_string(j) + " after " + std::to_string(offset) +
+              " bytes for lower ranks; kolo's alltoall moves at most " + std::to_string(kMax) +
+              " bytes per rank pair and before the last rank (MPI's int counts and "
+              "displacements): split the exchange into several alltoalls");
+        }
+        offset += bytes;
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status run_alltoall(transport::Communicator& comm, const Response& r, Entry& entry,
                     Deadline deadline) {
   const int size = comm.size();
   const int me = comm.rank();
   const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
+  KOLO_RETURN_IF_ERROR(check_alltoall_layouts(r, size, rb));
   std::vector<std::size_t> send(size), recv(size);
   auto& received = entry.handle->received_splits;
   received.assign(size, 0);
