@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   if (!request.program.empty() && request.program.front() == "--") {
     request.program.erase(request.program.begin());
   }
-  if (!host_list.empty()) {
+  if (hosts_opt->count() > 0) {
+    // Given but empty ("-H $HOSTS" with HOSTS unset) is an error, not "this host".
     if (Status s = launcher::parse_host_list(host_list, &request.hosts); !s.ok()) {
       return fail("-H: " + s.message());
     }

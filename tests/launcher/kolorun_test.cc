@@ -235,6 +235,9 @@ TEST(Kolorun, UsageErrors) {
   RunResult r = run_kolorun({"-np", "1", "-H", "a:2,,b", "true"});
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.err, "empty entry")) << r.err;
+  r = run_kolorun({"-np", "1", "-H", "", "true"});  // e.g. -H "$HOSTS" with HOSTS unset
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "-H: ")) << r.err;
 }
 
 }  // namespace
