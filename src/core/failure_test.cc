@@ -1,6 +1,8 @@
 // Failures that must never hang: a dead rank and a stalled tensor.
 #include <atomic>
 
+#include <functional>
+
 #include "core/testing/ranks.h"
 
 namespace kolo::core {
@@ -47,17 +49,17 @@ TEST(FailureTest, DeadRankMakesOthersFailWithinThePeerTimeoutNamingIt) {
       0, &world);
 }
 
-TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
-  Config c = test_config();
-  c.stall_check_seconds = 1;
-  c.stall_shutdown_seconds = 2;
-  ::testing::internal::CaptureStderr();
+// Two ranks allreduce "cached" twice (so that it is a cache hit: stalls must be found on
+// the fast path too); then rank 1 submits nothing more until rank 0's `stalled` returns,
+// which gets the runtime, a buffer and the cached name's options.
+void with_rank_1_gone_quiet(
+    const Config& c,
+    const std::function<void(Runtime&, std::vector<float>&, const AllreduceOptions&)>& stalled) {
   std::atomic<bool> done{false};
   run_ranks(2, c, [&](int rank, Runtime& rt) {
     std::vector<float> v(4, 1.0f);
     AllreduceOptions o;
     o.name = "cached";
-    // Two rounds make 'cached' a cache hit: the stall must be found on the fast path too.
     for (int i = 0; i < 2; ++i) {
       rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
           .wait();
@@ -66,6 +68,17 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
       while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;
     }
+    stalled(rt, v, o);
+    done = true;
+  });
+}
+
+TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
+  Config c = test_config();
+  c.stall_check_seconds = 1;
+  c.stall_shutdown_seconds = 2;
+  ::testing::internal::CaptureStderr();
+  with_rank_1_gone_quiet(c, [](Runtime& rt, std::vector<float>& v, const AllreduceOptions& o) {
     const auto start = Clock::now();
     AllreduceOptions lonely;
     lonely.name = "lonely";
@@ -80,7 +93,6 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
     EXPECT_EQ(h2.error_code(), ErrorCode::kStalled) << h2.error_message();
     EXPECT_NE(h1.error_message().find("not by rank(s) 1"), std::string::npos) << h1.error_message();
     EXPECT_LT(seconds_since(start), 10.0);
-    done = true;
   });
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("tensor 'lonely' was submitted by rank(s) 0 but not by rank(s) 1"),
@@ -98,25 +110,11 @@ TEST(FailureTest, StallShutdownWorksWithTheStallCheckOff) {
   Config c = test_config();
   c.stall_check_seconds = 0;
   c.stall_shutdown_seconds = 1;
-  std::atomic<bool> done{false};
-  run_ranks(2, c, [&](int rank, Runtime& rt) {
-    std::vector<float> v(4, 1.0f);
-    AllreduceOptions o;
-    o.name = "cached";
-    for (int i = 0; i < 2; ++i) {
-      rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
-          .wait();
-    }
-    if (rank == 1) {
-      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return;
-    }
+  with_rank_1_gone_quiet(c, [](Runtime& rt, std::vector<float>& v, const AllreduceOptions& o) {
     const auto start = Clock::now();
     Handle h =
         rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
-    const bool finished = h.wait_for(std::chrono::seconds(15));
-    done = true;  // rank 1 may go
-    ASSERT_TRUE(finished) << "stall shutdown never came";
+    ASSERT_TRUE(h.wait_for(std::chrono::seconds(15))) << "stall shutdown never came";
     EXPECT_EQ(h.error_code(), ErrorCode::kStalled) << h.error_message();
     EXPECT_NE(h.error_message().find("'cached'"), std::string::npos) << h.error_message();
     EXPECT_LT(seconds_since(start), 10.0);

@@ -241,24 +241,23 @@ AllreduceOptions allreduce_options(AutogradContext* ctx) {
   return o;
 }
 
-void save_allreduce_options(AutogradContext* ctx, const AllreduceOptions& o) {
-  ctx->saved_data["op"] = static_cast<int64_t>(o.op);
-  ctx->saved_data["pre"] = o.prescale_factor;
-  ctx->saved_data["post"] = o.postscale_factor;
-  ctx->saved_data["compression"] = static_cast<int64_t>(o.compression);
-  ctx->saved_data["name"] = o.name;
+// Saves the forward's options for backward (as IValue-compatible fields) and returns them.
+AllreduceOptions save_allreduce_options(AutogradContext* ctx, int64_t op, double pre, double post,
+                                        int64_t compression, const std::string& name) {
+  ctx->saved_data["op"] = op;
+  ctx->saved_data["pre"] = pre;
+  ctx->saved_data["post"] = post;
+  ctx->saved_data["compression"] = compression;
+  ctx->saved_data["name"] = name;
+  AllreduceOptions o = allreduce_options(ctx);
+  o.name = name;
+  return o;
 }
 
 struct AllreduceFn : torch::autograd::Function<AllreduceFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, int64_t op, double pre,
                                double post, int64_t compression, const std::string& name) {
-    AllreduceOptions o;
-    o.op = static_cast<ReduceOp>(op);
-    o.prescale_factor = pre;
-    o.postscale_factor = post;
-    o.compression = static_cast<Compression>(compression);
-    o.name = name;
-    save_allreduce_options(ctx, o);
+    const AllreduceOptions o = save_allreduce_options(ctx, op, pre, post, compression, name);
     return allreduce_async(t, o).wait();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -271,13 +270,7 @@ struct GroupedAllreduceFn : torch::autograd::Function<GroupedAllreduceFn> {
   // A TensorList (not a vector): that is how autograd sees each tensor as an input.
   static variable_list forward(AutogradContext* ctx, at::TensorList tensors, int64_t op, double pre,
                                double post, int64_t compression, const std::string& name) {
-    AllreduceOptions o;
-    o.op = static_cast<ReduceOp>(op);
-    o.prescale_factor = pre;
-    o.postscale_factor = post;
-    o.compression = static_cast<Compression>(compression);
-    o.name = name;
-    save_allreduce_options(ctx, o);
+    const AllreduceOptions o = save_allreduce_options(ctx, op, pre, post, compression, name);
     return grouped_allreduce_raw(tensors.vec(), o);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
