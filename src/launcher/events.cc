@@ -21,11 +21,15 @@ bool parse_int(const std::string& text, int* out) {
   return true;
 }
 
+// "KOLO_LAUNCHER_EVENT token=T ": how every marker of the job starts.
+std::string marker_head(const std::string& token) {
+  return std::string(kEventPrefix) + "token=" + token + " ";
+}
+
 }  // namespace
 
 std::string format_exit_event(const WorkerExit& e, const std::string& token) {
-  std::string s = kEventPrefix;
-  s += "token=" + token + " ";
+  std::string s = marker_head(token);
   s += "rank=" + std::to_string(e.rank) + " host=" + (e.host.empty() ? "?" : e.host);
   if (e.signal != 0) {
     s += " signal=" + std::to_string(e.signal);
@@ -37,7 +41,7 @@ std::string format_exit_event(const WorkerExit& e, const std::string& token) {
 }
 
 bool parse_exit_event(const std::string& line, const std::string& token, WorkerExit* out) {
-  const std::string head = std::string(kEventPrefix) + "token=" + token + " ";
+  const std::string head = marker_head(token);
   if (token.empty() || line.rfind(head, 0) != 0) return false;
   std::stringstream words(line.substr(head.size()));
   WorkerExit e;
@@ -69,7 +73,7 @@ bool parse_exit_event(const std::string& line, const std::string& token, WorkerE
 bool find_exit_event(const std::string& line, const std::string& token, std::string* before,
                      WorkerExit* out) {
   if (token.empty()) return false;
-  const std::string head = std::string(kEventPrefix) + "token=" + token + " ";
+  const std::string head = marker_head(token);
   const std::size_t at = line.find(head);
   if (at == std::string::npos || !parse_exit_event(line.substr(at), token, out)) return false;
   *before = line.substr(0, at);

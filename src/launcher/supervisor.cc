@@ -124,8 +124,9 @@ void Job::on_stderr_line(std::string_view line) {
   WorkerExit e;
   std::string before;
   if (find_exit_event(std::string(line), o_.event_token, &before, &e)) {
-    // Text in front is another worker's unfinished line that mpirun forwarded first.
-    if (!before.empty() && !(stopping_ && !is_worker_line(before))) write_all(2, before + "\n");
+    // Text in front is another worker's unfinished line that mpirun forwarded first (it
+    // holds no marker: this one is the first): passed on like any other line.
+    if (!before.empty()) on_stderr_line(before);
     on_marker(e);
     return;
   }

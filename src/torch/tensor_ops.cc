@@ -21,16 +21,16 @@ struct Staged {
 
 Staged stage(const torch::Tensor& t, const std::string& name) {
   Staged s;
+  const std::string which = "tensor '" + (name.empty() ? std::string("(unnamed)") : name) + "'";
   try {
     s.view.dtype = to_kolo_dtype(t.scalar_type());
   } catch (const Error& e) {
-    throw Error(e.code(),
-                "tensor '" + (name.empty() ? std::string("(unnamed)") : name) + "': " + e.what());
+    throw Error(e.code(), which + ": " + e.what());
   }
   if (t.layout() != torch::kStrided) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "tensor '" + (name.empty() ? std::string("(unnamed)") : name) +
-                    "' is sparse; kolo's collectives take dense tensors (call to_dense() first)");
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        which + " is sparse; kolo's collectives take dense tensors (call to_dense() first)");
   }
   s.host = t.is_cuda() ? t.to(torch::kCPU) : t;
   s.host = s.host.contiguous();

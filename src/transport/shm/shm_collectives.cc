@@ -11,7 +11,8 @@
 // its own slice straight from and into the caller's buffer. Both paths cut the same chunks
 // and put chunk [off, off + m) at the same place in every region (at `off` when the whole
 // buffer fits in a region, else at 0: see chunk_base), so ranks may mix them in one
-// collective (a joined rank packs zeros while the others use allreduce_pieces). The
+// collective (a joined rank packs the op's identity while the others use
+// allreduce_pieces). The
 // reduction folds sources in rank order, so every rank gets the same bits as a sequential
 // reduction 0, 1, ..., n-1.
 //
