@@ -189,6 +189,9 @@ Status Barrier::sync(const char* op, Deadline deadline) {
         }
       }
       if (missing_.empty()) return Status::OK();
+      // A rank may publish its failure and exit between the check above and this one:
+      // its message is the cause, its exit only the consequence.
+      if (!dead.empty() && aborted(op, &aborted_status)) return aborted_status;
       if (!dead.empty()) {
         return fail(op, where(op) + rank_list(named(dead)) + " did not take part: " +
                             (dead.size() == 1 ? "its process (pid " : "their processes (pids ") +
