@@ -21,6 +21,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -266,9 +267,15 @@ std::size_t reduce_simd(void* dst, const void* const* srcs, int nsrc, std::size_
 
 // Elements done with AVX2/F16C (a multiple of 8), or 0 when the CPU lacks them or the
 // dtype has no such path.
+// F16C is CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports has no "f16c").
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+}
+
 std::size_t reduce_hardware(void* dst, const void* const* srcs, int nsrc, std::size_t count,
                             DataType dtype, ReduceOp op) {
-  static const bool kHave = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool kHave = __builtin_cpu_supports("avx2") && cpu_has_f16c();
   if (!kHave) return 0;
   switch (dtype) {
     case DataType::kFloat16:

@@ -1,7 +1,9 @@
 #include "core/config.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 extern char** environ;
 
@@ -22,19 +24,24 @@ const std::vector<OptionDoc>& config_options() {
        "response cache entries (steady-state fast path: one bit-vector AND per cycle); 0 disables"},
       {"KOLO_CYCLE_TIME_MS", "0",
        "least time between the starts of two negotiation cycles: work arriving sooner waits and "
-       "is negotiated (and fused) with what follows; 0 = a cycle starts as soon as work arrives"},
+       "is negotiated (and fused) with what follows; 0 = a cycle starts as soon as work arrives; "
+       "0 to 60000"},
       {"KOLO_CYCLE_ON_DEMAND", "1",
        "1: on the shared-memory (and in-process) transport a negotiation cycle runs only when "
        "some rank has submitted work (and every 100 ms while work waits for other ranks), so "
        "idle and waiting ranks do not wake; 0: every rank cycles every 1 ms while any rank is "
        "busy, as over MPI"},
       {"KOLO_STALL_CHECK_SECONDS", "60",
-       "warn (on rank 0) when some ranks submitted a tensor and others did not for this long; 0 = "
-       "off"},
-      {"KOLO_STALL_SHUTDOWN_SECONDS", "0",
-       "fail every pending operation and stop the runtime after a stall this long; 0 = off"},
+       "warn (on rank 0) when some ranks submitted a tensor and others did not for this long, "
+       "or a rank has not taken part in negotiation for this long (stopped or hung); 0 = off; "
+       "at most 604800 (a week)"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "600",
+       "after a stall this long, fail every pending operation on every rank and stop the "
+       "runtime, so the job ends instead of waiting; 0 = never (wait for the missing ranks "
+       "forever); at most 604800"},
       {"KOLO_PEER_TIMEOUT_SECONDS", "60",
-       "a rank that does not answer for this long is reported dead; pending operations fail"},
+       "a rank that does not answer for this long is reported dead; pending operations fail; "
+       "0.001 to 604800"},
       {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning, error or off"},
       {"KOLO_TRANSPORT", "auto",
        "auto (mpi when started by kolorun/mpirun/srun with more than one rank, else local), mpi, "
@@ -85,13 +92,21 @@ Status bad(const std::string& name, const std::string& value, const std::string&
   return InvalidArgument(name + "=" + value + " is not valid: expected " + want);
 }
 
-Status read_double(const Env& env, const char* name, double min, double* out) {
+std::string num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// A finite number in [min, max] (strtod also takes "inf" and "nan": both refused).
+Status read_double(const Env& env, const char* name, double min, double max, double* out) {
   auto it = env.find(name);
   if (it == env.end() || it->second.empty()) return Status::OK();
   char* end = nullptr;
   const double v = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end != '\0' || !(v >= min)) {
-    return bad(name, it->second, "a number >= " + std::to_string(min));
+  if (end == it->second.c_str() || *end != '\0' || !std::isfinite(v) || !(v >= min) ||
+      !(v <= max)) {
+    return bad(name, it->second, "a number in [" + num(min) + ", " + num(max) + "]");
   }
   *out = v;
   return Status::OK();
@@ -138,12 +153,14 @@ Status read_flag(const Env& env, const char* name, bool* out) {
 Status parse_config(const Env& env, Config* out) {
   Config c;
   KOLO_RETURN_IF_ERROR(read_int(env, "KOLO_CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
-  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_CYCLE_TIME_MS", 0, &c.cycle_time_ms));
-  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_STALL_CHECK_SECONDS", 0, &c.stall_check_seconds));
   KOLO_RETURN_IF_ERROR(
-      read_double(env, "KOLO_STALL_SHUTDOWN_SECONDS", 0, &c.stall_shutdown_seconds));
+      read_double(env, "KOLO_CYCLE_TIME_MS", 0, kMaxCycleTimeMs, &c.cycle_time_ms));
   KOLO_RETURN_IF_ERROR(
-      read_double(env, "KOLO_PEER_TIMEOUT_SECONDS", 0.001, &c.peer_timeout_seconds));
+      read_double(env, "KOLO_STALL_CHECK_SECONDS", 0, kMaxDurationSeconds, &c.stall_check_seconds));
+  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_STALL_SHUTDOWN_SECONDS", 0, kMaxDurationSeconds,
+                                   &c.stall_shutdown_seconds));
+  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_PEER_TIMEOUT_SECONDS", 0.001, kMaxDurationSeconds,
+                                   &c.peer_timeout_seconds));
   if (auto it = env.find("KOLO_LOG_LEVEL"); it != env.end() && !it->second.empty()) {
     if (!log::parse_level(it->second, &c.log_level)) {
       return bad("KOLO_LOG_LEVEL", it->second, "trace, debug, info, warning, error or off");

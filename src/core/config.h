@@ -20,12 +20,18 @@ using Env = std::map<std::string, std::string>;
 // The current process environment.
 Env process_env();
 
+// Upper bounds of the duration options: a week in seconds (deadlines are kept in
+// nanoseconds, which hold about 292 years, so every bound stays far from overflow) and
+// a minute for the cycle time.
+constexpr double kMaxDurationSeconds = 7 * 24 * 3600;
+constexpr double kMaxCycleTimeMs = 60 * 1000;
+
 struct Config {
   int cache_capacity = 1024;             // KOLO_CACHE_CAPACITY
   double cycle_time_ms = 0.0;            // KOLO_CYCLE_TIME_MS
   bool cycle_on_demand = true;           // KOLO_CYCLE_ON_DEMAND (transports with a CycleBell)
   double stall_check_seconds = 60.0;     // KOLO_STALL_CHECK_SECONDS
-  double stall_shutdown_seconds = 0;     // KOLO_STALL_SHUTDOWN_SECONDS
+  double stall_shutdown_seconds = 600;   // KOLO_STALL_SHUTDOWN_SECONDS
   double peer_timeout_seconds = 60.0;    // KOLO_PEER_TIMEOUT_SECONDS
   log::Level log_level = log::kWarning;  // KOLO_LOG_LEVEL
   std::string transport = "auto";        // KOLO_TRANSPORT

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -24,7 +25,8 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.cache_capacity, 1024);
   EXPECT_EQ(c.cycle_time_ms, 0.0);
   EXPECT_EQ(c.stall_check_seconds, 60.0);
-  EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
+  // A stall ends the job after 10 minutes instead of waiting forever (0 = forever).
+  EXPECT_EQ(c.stall_shutdown_seconds, 600.0);
   EXPECT_EQ(c.peer_timeout_seconds, 60.0);
   EXPECT_EQ(c.log_level, log::kWarning);
   EXPECT_EQ(c.transport, "auto");
@@ -107,6 +109,19 @@ TEST(ConfigTest, BadValuesNameVariableAndValue) {
       {"KOLO_STALL_SHUTDOWN_SECONDS", "-3"},
       {"KOLO_PEER_TIMEOUT_SECONDS", "0"},
       {"KOLO_PEER_TIMEOUT_SECONDS", "-60"},
+      // Durations past their documented range (seconds to nanoseconds overflowed, and
+      // start-up then failed "within -2147483648 s"; inf cycle times acted as 0).
+      {"KOLO_PEER_TIMEOUT_SECONDS", "1e10"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "inf"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "9223372036854775807"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "604801"},
+      {"KOLO_CYCLE_TIME_MS", "inf"},
+      {"KOLO_CYCLE_TIME_MS", "1e13"},
+      {"KOLO_CYCLE_TIME_MS", "60001"},
+      {"KOLO_STALL_CHECK_SECONDS", "inf"},
+      {"KOLO_STALL_CHECK_SECONDS", "1e300"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "inf"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "-inf"},
       {"KOLO_LOG_LEVEL", "loud"},
       {"KOLO_LOG_LEVEL", "6"},
       {"KOLO_LOG_LEVEL", "WARNING "},
@@ -133,6 +148,21 @@ TEST(ConfigTest, BadValuesNameVariableAndValue) {
   }
 }
 
+// The largest documented durations are accepted and stay far from overflowing the
+// nanosecond deadlines built from them.
+TEST(ConfigTest, DurationsAtTheirUpperBoundsAreAccepted) {
+  const Config c = parse_ok({{"KOLO_PEER_TIMEOUT_SECONDS", "604800"},
+                             {"KOLO_STALL_CHECK_SECONDS", "604800"},
+                             {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
+                             {"KOLO_CYCLE_TIME_MS", "60000"}});
+  EXPECT_EQ(c.peer_timeout_seconds, 604800.0);
+  EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
+  EXPECT_EQ(c.cycle_time_ms, 60000.0);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(c.peer_timeout_seconds));
+  EXPECT_GT(ns.count(), 0);
+}
+
 TEST(ConfigTest, OneBadVariableFailsTheWholeParse) {
   Config c;
   EXPECT_FALSE(parse_config({{"KOLO_CACHE_CAPACITY", "8"}, {"KOLO_TRANSPORT", "tcp"}}, &c).ok());
@@ -150,7 +180,7 @@ TEST(ConfigTest, OptionsTableDocumentsDefaults) {
       {"KOLO_CACHE_CAPACITY", "1024"},
       {"KOLO_CYCLE_TIME_MS", "0"},
       {"KOLO_STALL_CHECK_SECONDS", "60"},
-      {"KOLO_STALL_SHUTDOWN_SECONDS", "0"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "600"},
       {"KOLO_PEER_TIMEOUT_SECONDS", "60"},
       {"KOLO_FUSION_THRESHOLD", "67108864"},
       {"KOLO_AUTOTUNE", "0"},

@@ -158,13 +158,28 @@ Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
   KOLO_RETURN_IF_ERROR(comm_->control_gather(mine, &all, deadline()));
   std::string encoded;
   if (comm_->rank() == 0) {
-    for (const auto& bytes : all) {
+    // A malformed list, or one that speaks for another rank, stops the job on every
+    // rank at once with the coordinator's message (instead of rank 0 alone, leaving the
+    // others to time out in the broadcast below).
+    Status bad;
+    for (std::size_t sender = 0; sender < all.size() && bad.ok(); ++sender) {
       std::vector<Request> reqs;
-      KOLO_RETURN_IF_ERROR(decode_requests(bytes, &reqs));
-      for (const auto& r : reqs) table_.add(r, now);
+      bad = decode_requests(all[sender], &reqs);
+      if (!bad.ok()) {
+        bad = Status(bad.code(), "negotiation: the request list from rank " +
+                                     std::to_string(sender) + " is malformed: " + bad.message());
+      } else {
+        bad = table_.add_from(static_cast<int>(sender), reqs, now);
+      }
     }
-    list->responses = table_.take_ready();
-    if (!abort_message_.empty()) {
+    if (!bad.ok()) {
+      KOLO_LOG(kError, "negotiate") << bad.message();
+      list->abort_code = bad.code();
+      list->abort_message = bad.message();
+    } else {
+      list->responses = table_.take_ready();
+    }
+    if (!abort_message_.empty() && bad.ok()) {
       list->abort_code = ErrorCode::kStalled;
       list->abort_message = abort_message_;
     }
@@ -183,6 +198,19 @@ Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
 void Controller::propose(const Tunables& tunables) {
   has_proposal_ = true;
   proposal_ = tunables;
+}
+
+std::string Controller::stall_advice() const {
+  std::string what_next =
+      config_.stall_shutdown_seconds > 0
+          ? "kolo stops the job after " +
+                std::to_string(static_cast<long long>(config_.stall_shutdown_seconds)) +
+                " s of stall (KOLO_STALL_SHUTDOWN_SECONDS; 0 = wait forever)."
+          : "KOLO_STALL_SHUTDOWN_SECONDS=0: kolo waits for them forever.";
+  return "Those ranks may be stuck, running other code (different tensor names or another "
+         "number of steps), or out of data: a rank with no more batches should call "
+         "kolo::join(), so the others finish without it. " +
+         what_next;
 }
 
 void Controller::check_stalls(Clock::time_point now) {
@@ -207,8 +235,7 @@ void Controller::check_stalls(Clock::time_point now) {
     KOLO_LOG(kWarning, "stall") << "tensor '" << s.name << "' was submitted by rank(s) "
                                 << rank_list_string(s.submitted) << " but not by rank(s) "
                                 << rank_list_string(s.missing) << " for "
-                                << static_cast<int>(s.seconds)
-                                << " s; a rank may be stuck or submitting different names";
+                                << static_cast<int>(s.seconds) << " s. " << stall_advice();
   }
   warned_ = std::move(still_warned);
   if (config_.stall_shutdown_seconds > 0 && abort_message_.empty()) {

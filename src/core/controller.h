@@ -66,6 +66,8 @@ class Controller {
                 std::vector<std::uint64_t>* invalid);
   Status slow_path(Clock::time_point now, ResponseList* list);
   void check_stalls(Clock::time_point now);
+  // What a stall warning tells the user to do, and what happens next.
+  std::string stall_advice() const;
   void renegotiate_hit(int bit);
   transport::Deadline deadline() const;
 

@@ -102,6 +102,9 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
             std::string::npos)
       << err;
   EXPECT_NE(err.find("[kolo 0 warning stall]"), std::string::npos) << err;
+  // The warning says what to do about uneven data and what happens next.
+  EXPECT_NE(err.find("should call kolo::join()"), std::string::npos) << err;
+  EXPECT_NE(err.find("kolo stops the job after 2 s of stall"), std::string::npos) << err;
 }
 
 // KOLO_STALL_SHUTDOWN_SECONDS works with the stall check (warnings) off, also for a name

@@ -1,6 +1,7 @@
 #include "core/negotiation.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -72,9 +73,13 @@ Response error(const Request& first, ErrorCode code, std::string message) {
   return r;
 }
 
+// Element count for messages and comparisons only: saturates instead of overflowing
+// (a peer's shape is not trusted here).
 std::int64_t numel(const Shape& s) {
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<std::int64_t>::max();
+  }
   return n;
 }
 
@@ -133,16 +138,20 @@ std::string alltoall_splits(const std::vector<Request>& reqs, int size, const st
              " ranks; pass one entry per rank.";
     }
     std::int64_t sum = 0;
+    bool past_rows = false;
     for (int j = 0; j < size; ++j) {
       if (splits[j] < 0) {
         return what + " on rank " + std::to_string(r.rank) + ": splits[" + std::to_string(j) +
                "] = " + std::to_string(splits[j]) + " is negative.";
       }
-      sum += splits[j];
+      // The sum of large splits could wrap around: once it overflows, it is past dim 0.
+      if (!past_rows && __builtin_add_overflow(sum, splits[j], &sum)) past_rows = true;
     }
-    if (sum > rows) {
-      return what + " on rank " + std::to_string(r.rank) + ": splits sum to " +
-             std::to_string(sum) + " rows but dimension 0 has only " + std::to_string(rows) + ".";
+    if (past_rows || sum > rows) {
+      const std::string total =
+          past_rows ? "more than " + std::to_string(rows) : std::to_string(sum);
+      return what + " on rank " + std::to_string(r.rank) + ": splits sum to " + total +
+             " rows but dimension 0 has only " + std::to_string(rows) + ".";
     }
     std::copy(splits.begin(), splits.end(), resp->splits.begin() + std::size_t(r.rank) * size);
   }
@@ -297,7 +306,27 @@ bool MessageTable::is_joined(int rank) const {
   return std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
 }
 
+Status MessageTable::add_from(int sender, const std::vector<Request>& requests,
+                              Clock::time_point now) {
+  if (sender < 0 || sender >= size_) {
+    return Internal("negotiation: a request list from rank " + std::to_string(sender) +
+                    ", but there are " + std::to_string(size_) + " ranks");
+  }
+  for (const auto& r : requests) {
+    if (r.rank != sender) {
+      return InvalidArgument(
+          "negotiation: rank " + std::to_string(sender) + " sent a request for '" + r.name +
+          "' in the name of rank " + std::to_string(r.rank) +
+          "; the message is corrupt or comes from a process that is not this job's rank " +
+          std::to_string(sender));
+    }
+  }
+  for (const auto& r : requests) add(r, now);
+  return Status::OK();
+}
+
 void MessageTable::add(const Request& request, Clock::time_point now) {
+  if (request.rank < 0 || request.rank >= size_) return;  // add_from reports these
   if (request.op == OpType::kJoin) {
     if (!is_joined(request.rank)) joined_.push_back(request.rank);
     return;

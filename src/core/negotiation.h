@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/status.h"
 #include "core/message.h"
 
 namespace kolo::core {
@@ -31,6 +32,12 @@ class MessageTable {
  public:
   explicit MessageTable(int size) : size_(size) {}
 
+  // Adds the requests that rank `sender` sent (the transport says who sent them). Fails,
+  // adding none of them, when one carries another rank's number: a corrupt message or a
+  // process speaking for another rank.
+  Status add_from(int sender, const std::vector<Request>& requests, Clock::time_point now);
+  // Adds one request under its own rank field (tests, and add_from after its check); a
+  // rank outside [0, size) is ignored.
   void add(const Request& request, Clock::time_point now);
   // Responses for every name that all ranks that have not joined have submitted, in the
   // order the names were first seen; then the join response once every rank joined.

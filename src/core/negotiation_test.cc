@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,27 @@ TEST(MakeResponseTest, AlltoallErrors) {
                        {"alltoall 'x'", "0-d", "rank(s) 0, 1"}));
 }
 
+// Splits past INT64_MAX in total wrapped to a small sum and passed the row check.
+TEST(MakeResponseTest, AlltoallSplitsThatWouldOverflowTheSum) {
+  auto reqs = same(2, OpType::kAlltoall, {4, 3});
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  reqs[1].splits = {big, big};
+  EXPECT_TRUE(is_error(make_response(reqs, {}, 2), ErrorCode::kInvalidArgument,
+                       {"alltoall 'x'", "rank 1", "more than 4", "only 4"}));
+  reqs[1].splits = {2, big - 1};
+  EXPECT_TRUE(is_error(make_response(reqs, {}, 2), ErrorCode::kInvalidArgument,
+                       {"alltoall 'x'", "rank 1", "only 4"}));
+}
+
+// The mismatch message compares element counts of shapes from peers; huge dimensions
+// must not overflow (UBSan: signed integer overflow).
+TEST(MakeResponseTest, ShapeMismatchWithHugeDimensions) {
+  auto reqs = same(2, OpType::kAllreduce, {1 << 30, 1 << 30});
+  reqs[1].shapes = {{std::int64_t{1} << 40, std::int64_t{1} << 40}};
+  EXPECT_TRUE(is_error(make_response(reqs, {}, 2), ErrorCode::kMismatch,
+                       {"allreduce 'x'", "rank 0", "rank 1"}));
+}
+
 TEST(MakeResponseTest, ReducescatterRules) {
   auto reqs = same(2, OpType::kReducescatter, {5, 2});
   Response ok = make_response(reqs, {}, 2);
@@ -379,6 +401,28 @@ TEST(MessageTableTest, StallsListSubmittedAndMissingRanks) {
   stalls = table.stalls(now, 0);
   ASSERT_EQ(stalls.size(), 1u);
   EXPECT_EQ(stalls[0].name, "new");
+}
+
+// The coordinator knows who sent each request list; a request in another rank's name
+// (or with a rank outside the job) is refused, adding nothing, and the error names both.
+TEST(MessageTableTest, AddFromRefusesRequestsInAnotherRanksName) {
+  MessageTable table(2);
+  const auto t = Clock::time_point{} + std::chrono::hours(1);
+  Status s = table.add_from(1, {req(1, OpType::kAllreduce, {1}, "a"), req(0)}, t);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rank 1 sent a request for 'x' in the name of rank 0"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(table.empty());  // all or nothing: 'a' was not added either
+
+  s = table.add_from(1, {req(7)}, t);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rank 7"), std::string::npos) << s.message();
+  EXPECT_TRUE(table.empty());
+
+  ASSERT_TRUE(table.add_from(0, {req(0)}, t).ok());
+  ASSERT_TRUE(table.add_from(1, {req(1)}, t).ok());
+  EXPECT_EQ(table.take_ready().size(), 1u);
 }
 
 TEST(ReducescatterRowsTest, FirstRanksGetTheRemainder) {
