@@ -1,4 +1,5 @@
 // The public free functions of include/kolo/kolo.h, acting on one default Runtime.
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -28,11 +29,28 @@ std::shared_ptr<core::Runtime> current() {
   return g_runtime;
 }
 
-// A job of one process needs no transport: one inproc rank.
-Status create_single(std::unique_ptr<transport::Communicator>* out) {
-  static transport::InprocWorld world(1);
-  *out = world.communicator(0);
-  return Status::OK();
+// A job of one process needs no transport: one inproc rank, in a world of its own per
+// runtime (init may follow shutdown); the factory keeps the world alive for the runtime.
+core::Runtime::CommunicatorFactory single_factory() {
+  auto world = std::make_shared<transport::InprocWorld>(1);
+  return [world](std::unique_ptr<transport::Communicator>* out) {
+    *out = world->communicator(0);
+    return Status::OK();
+  };
+}
+
+// A program that returns from main (or calls exit()) without kolo::shutdown() still
+// stops the runtime first, in order: its thread must not outlive what it uses, and the
+// other ranks learn that this rank left (as Horovod registers an atexit shutdown).
+// Registered after the first runtime started, so it runs before the exit handlers
+// registered while it started (MPI's finalization, see transport/mpi/mpi_lifetime.h).
+void shutdown_at_exit() {
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    runtime.swap(g_runtime);
+  }
+  if (runtime) runtime->shutdown(/*at_exit=*/true);
 }
 
 }  // namespace
@@ -57,7 +75,7 @@ void init() {
                                                    " started " + std::to_string(launch.size) +
                                                    " processes; unset KOLO_TRANSPORT or use mpi");
     }
-    factory = &create_single;
+    factory = single_factory();
   } else {
     const transport::TransportFactory* t = transport::find_transport(transport);
     if (!t) {
@@ -80,6 +98,8 @@ void init() {
                                << topo.rank << " of " << topo.size << "; using the transport's";
   }
   g_runtime = std::move(runtime);
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit(shutdown_at_exit); });
 }
 
 void shutdown() {

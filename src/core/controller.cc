@@ -23,6 +23,7 @@ Controller::Controller(const Config& config, transport::Communicator* comm)
     : config_(config),
       comm_(comm),
       words_((config.cache_capacity + 63) / 64),
+      rank_words_((comm->size() + 63) / 64),
       cache_(config.cache_capacity),
       table_(comm->size()) {}
 
@@ -68,7 +69,8 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
   }
 }
 
-Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_shutdown) {
+Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave) {
+  const bool want_shutdown = leave != Leave::kNo;
   Cycle cycle;
   const auto now = Clock::now();
   std::vector<std::uint64_t> invalid(words_, 0);
@@ -80,10 +82,18 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
   if (want_shutdown) flags |= kShutdown;
   if (joined_) flags |= kJoined;
   if (!abort_message_.empty() || has_proposal_) flags |= kCoordinator;
-  std::vector<std::uint64_t> words(1 + 2 * words_, 0);
+  // [~flags | hit bits | ~invalid bits | ~ranks calling shutdown() | ~ranks exiting]:
+  // inverted parts come out of the AND as the OR over ranks.
+  const std::size_t leave_at = 1 + 2 * static_cast<std::size_t>(words_);
+  std::vector<std::uint64_t> words(leave_at + 2 * rank_words_, 0);
   words[0] = ~flags;
   for (const auto& [bit, hit] : hits_) set_bit(words, 1, bit);
   for (int i = 0; i < words_; ++i) words[1 + words_ + i] = ~invalid[i];
+  for (int i = 0; i < 2 * rank_words_; ++i) words[leave_at + i] = ~std::uint64_t{0};
+  if (want_shutdown) {
+    const std::size_t part = leave == Leave::kExit ? leave_at + rank_words_ : leave_at;
+    words[part + comm_->rank() / 64] &= ~(std::uint64_t{1} << (comm_->rank() % 64));
+  }
 
   cycle.fatal = comm_->control_and(words, deadline());
   if (!cycle.fatal.ok()) return cycle;
@@ -93,6 +103,10 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, bool want_s
     cycle.idle = words[1 + i] == 0 && ~words[1 + words_ + i] == 0;
   if (any & kShutdown) {
     cycle.shutdown = true;
+    for (int r = 0; r < comm_->size(); ++r) {
+      if (!test_bit(words, leave_at, r)) cycle.shutdown_ranks.push_back(r);
+      if (!test_bit(words, leave_at + rank_words_, r)) cycle.exited_ranks.push_back(r);
+    }
     return cycle;
   }
 

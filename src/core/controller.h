@@ -31,15 +31,20 @@ class Controller {
  public:
   Controller(const Config& config, transport::Communicator* comm);
 
+  // Why this rank stops: kolo::shutdown(), or the program ending without it.
+  enum class Leave { kNo, kShutdown, kExit };
+
   struct Cycle {
     std::vector<Response> responses;  // execute in this order
-    bool shutdown = false;            // some rank called shutdown()
+    bool shutdown = false;            // some rank called shutdown() or ended its program
+    std::vector<int> shutdown_ranks;  // ranks that called kolo::shutdown()
+    std::vector<int> exited_ranks;    // ranks whose program ended without it
     Status fatal;                     // peer failure or stall shutdown: stop the runtime
     bool idle = true;                 // no rank had anything to negotiate or run
     bool has_tunables = false;        // switch to `tunables` after executing `responses`
     Tunables tunables;
   };
-  Cycle run(std::vector<Request> new_requests, bool want_shutdown);
+  Cycle run(std::vector<Request> new_requests, Leave leave);
 
   // Coordinator (rank 0) only: announce new tunables to every rank with the next cycle
   // (which then takes the slow path).
@@ -73,7 +78,8 @@ class Controller {
 
   const Config& config_;
   transport::Communicator* comm_;
-  const int words_;  // 64-bit words per cache bit vector
+  const int words_;       // 64-bit words per cache bit vector
+  const int rank_words_;  // 64-bit words per bit vector of ranks
   ResponseCache cache_;
   MessageTable table_;                             // used on the coordinator (rank 0) only
   std::vector<Request> uncached_;                  // to send on the next slow path

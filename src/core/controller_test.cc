@@ -34,7 +34,8 @@ PeerResult forge_cycle(transport::Communicator& comm, const std::string& bytes,
   PeerResult out;
   const auto deadline = transport::Clock::now() + std::chrono::seconds(20);
   const int words = (config.cache_capacity + 63) / 64;
-  std::vector<std::uint64_t> w(1 + 2 * words, ~std::uint64_t{0});
+  const int rank_words = (comm.size() + 63) / 64;
+  std::vector<std::uint64_t> w(1 + 2 * words + 2 * rank_words, ~std::uint64_t{0});
   w[0] = ~std::uint64_t{1};  // the "uncached requests" flag, sent inverted
   for (int i = 0; i < words; ++i) w[1 + i] = 0;
   out.status = comm.control_and(w, deadline);
@@ -51,7 +52,7 @@ PeerResult forge_cycle(transport::Communicator& comm, const std::string& bytes,
 
 Controller::Cycle coordinator_cycle(transport::Communicator* comm, const Config& config) {
   Controller controller(config, comm);
-  return controller.run({request_of(0, "w")}, /*want_shutdown=*/false);
+  return controller.run({request_of(0, "w")}, Controller::Leave::kNo);
 }
 
 void expect_both_fail(const std::string& bytes, const std::string& expected) {

@@ -17,6 +17,25 @@ namespace {
   throw Error(code, message);
 }
 
+// The error of operations still pending when the job stopped: who stopped it, and how.
+std::string shutdown_message(const std::vector<int>& shutdown_ranks,
+                             const std::vector<int>& exited_ranks) {
+  std::string who;
+  if (!exited_ranks.empty()) {
+    who = "rank(s) " + rank_list_string(exited_ranks) +
+          " left: the program ended (returned from main or called exit()) without "
+          "kolo::shutdown()";
+  }
+  if (!shutdown_ranks.empty()) {
+    if (!who.empty()) who += "; ";
+    who += "rank(s) " + rank_list_string(shutdown_ranks) + " called kolo::shutdown()";
+  }
+  if (who.empty()) who = "some rank called kolo::shutdown()";
+  return "kolo was shut down while this operation was pending: " + who +
+         ", while this rank waited for it. Every rank must run the same collectives before "
+         "it stops (a rank that runs out of data early calls kolo::join()).";
+}
+
 void check_view(const TensorView& v, const std::string& what) {
   // Every dimension, not only the product: {-2, -3} has 6 "elements".
   std::int64_t elements = 1;
@@ -79,9 +98,10 @@ Status Runtime::start() {
   return start_status_;
 }
 
-void Runtime::shutdown() {
+void Runtime::shutdown(bool at_exit) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!stop_requested_) stop_at_exit_ = at_exit;
     stop_requested_ = true;
     if (bell_) bell_->wake_local();
   }
@@ -499,6 +519,7 @@ void Runtime::loop() {
   std::uint64_t cycle_number = 0;
   Status fatal;
   bool shutdown = false;
+  std::vector<int> shutdown_ranks, exited_ranks;  // who stopped, for the pending ops' error
   std::vector<std::string> taken;  // timeline: names that entered negotiation this cycle
   while (!shutdown && fatal.ok()) {
     const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -529,8 +550,13 @@ void Runtime::loop() {
     double busy_bytes = 0;
     bool has_tunables = false;
     Tunables next_tunables;
+    Controller::Leave leave = Controller::Leave::kNo;
+    if (want_stop) {
+      std::lock_guard<std::mutex> lock(mu_);
+      leave = stop_at_exit_ ? Controller::Leave::kExit : Controller::Leave::kShutdown;
+    }
     for (auto& [id, controller] : sets) {
-      Controller::Cycle cycle = controller.run(std::move(requests[id]), want_stop);
+      Controller::Cycle cycle = controller.run(std::move(requests[id]), leave);
       const auto responded = std::chrono::steady_clock::now();
       if (timeline) {
         mark_first_cycle(taken, responded);
@@ -538,7 +564,11 @@ void Runtime::loop() {
       }
       idle = idle && cycle.idle && cycle.responses.empty();
       fatal = cycle.fatal;
-      shutdown = shutdown || cycle.shutdown;
+      if (cycle.shutdown && !shutdown) {
+        shutdown = true;
+        shutdown_ranks = cycle.shutdown_ranks;
+        exited_ranks = cycle.exited_ranks;
+      }
       for (const FusionGroup& group :
            plan_fusion(cycle.responses, tunables_.fusion_threshold_bytes)) {
         if (!fatal.ok()) break;
@@ -589,9 +619,7 @@ void Runtime::loop() {
     KOLO_LOG(kError, "runtime") << fatal.message();
     fail_all(fatal);
   } else {
-    fail_all(Status(
-        ErrorCode::kShutdown,
-        "kolo was shut down (kolo::shutdown() on some rank) while this operation was pending"));
+    fail_all(Status(ErrorCode::kShutdown, shutdown_message(shutdown_ranks, exited_ranks)));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

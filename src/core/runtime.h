@@ -51,8 +51,10 @@ class Runtime {
 
   // Starts the background thread and waits (bounded) until the transport is up.
   Status start();
-  // Asks every rank to stop; pending operations fail with kShutdown. Idempotent.
-  void shutdown();
+  // Asks every rank to stop; pending operations fail with kShutdown, naming the ranks
+  // that stopped. `at_exit`: the program is ending without kolo::shutdown() (the other
+  // ranks' errors say so). Idempotent.
+  void shutdown(bool at_exit = false);
 
   const transport::Topology& topology() const { return topology_; }
   const Config& config() const { return config_; }
@@ -141,6 +143,7 @@ class Runtime {
   bool started_ = false;                                           // guarded by mu_
   Status start_status_;                                            // guarded by mu_
   bool stop_requested_ = false;                                    // guarded by mu_
+  bool stop_at_exit_ = false;                                      // guarded by mu_
   bool running_ = false;                                           // guarded by mu_
   Status fatal_;                                                   // guarded by mu_
   std::unordered_map<std::string, std::shared_ptr<Entry>> table_;  // guarded by mu_

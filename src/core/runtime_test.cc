@@ -166,10 +166,35 @@ TEST(RuntimeTest, PendingOperationsFailWhenARankShutsDown) {
       Handle h = allreduce(rt, v, sum("never-matched"));
       ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
       EXPECT_EQ(h.error_code(), ErrorCode::kShutdown);
+      // The error names the rank that stopped and how.
+      EXPECT_NE(h.error_message().find("rank(s) 1 called kolo::shutdown(), while this rank "
+                                       "waited for it"),
+                std::string::npos)
+          << h.error_message();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       rt.shutdown();
       EXPECT_THROW(allreduce(rt, v, sum("after")), Error);
+    }
+  });
+}
+
+// A program that ends without kolo::shutdown() stops its runtime at exit; the others'
+// pending operations name it and say that it left (before, no rank was named).
+TEST(RuntimeTest, PendingOperationsNameARankWhoseProgramEnded) {
+  run_ranks(3, test_config(), [](int rank, Runtime& rt) {
+    std::vector<float> v(4, 1.0f);
+    if (rank != 2) {
+      Handle h = allreduce(rt, v, sum("waits-for-rank-2"));
+      ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
+      EXPECT_EQ(h.error_code(), ErrorCode::kShutdown);
+      EXPECT_NE(h.error_message().find("rank(s) 2 left: the program ended (returned from main "
+                                       "or called exit()) without kolo::shutdown()"),
+                std::string::npos)
+          << h.error_message();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      rt.shutdown(/*at_exit=*/true);
     }
   });
 }

@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
     for (OpType op : ops) {
       std::vector<std::vector<Request>> lists;
       for (int r = 0; r < ranks; ++r) lists.push_back({req(r, op, {4, 2}, "t")});
-      seeds.emplace_back(std::string("ok_") + kolo::core::op_name(op) + "_np" + std::to_string(ranks),
-                         input(lists));
+      seeds.emplace_back(
+          std::string("ok_") + kolo::core::op_name(op) + "_np" + std::to_string(ranks),
+          input(lists));
     }
   }
   seeds.emplace_back("forged_rank", input({{req(0, OpType::kAllreduce, {4}, "t")},

@@ -8,6 +8,10 @@
 //                           (what an idle runtime costs)
 //   mp_worker die           the last rank kills itself (SIGKILL) while the others wait in
 //                           an allreduce; they must fail with kPeerFailure naming it
+//   mp_worker reinit        init -> allreduce checks -> shutdown, three times over
+//   mp_worker no_shutdown   allreduce checks, then returns from main without shutdown()
+//   mp_worker leave_early   the last rank returns from main without shutdown() while the
+//                           others wait in an allreduce; they must fail naming it
 #include <sys/resource.h>
 #include <unistd.h>
 #include <chrono>
@@ -236,6 +240,39 @@ int run_die(int rank, int n) {
   }
 }
 
+// kolo::init() is already done; two more rounds follow the first (kolo.h: init may be
+// called again after shutdown, as in Horovod's tests).
+void run_reinit(int rank, int n) {
+  for (int round = 0; round < 3; ++round) {
+    if (round > 0) kolo::init();
+    CHECK(kolo::rank() == rank && kolo::size() == n, "round %d: rank %d of %d", round, kolo::rank(),
+          kolo::size());
+    check_allreduce(rank, n);
+    kolo::shutdown();
+    CHECK(!kolo::is_initialized(), "round %d: still initialized after shutdown", round);
+  }
+  std::printf("rank %d of %d: reinit 3 rounds %s\n", rank, n, g_failures ? "FAILED" : "OK");
+}
+
+int run_leave_early(int rank, int n) {
+  std::vector<float> g(16, 1.0f);
+  kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
+  kolo::allreduce(v, {.name = "warmup"});
+  if (rank == n - 1) return 0;  // leaves without kolo::shutdown()
+  try {
+    kolo::allreduce(v, {.name = "waits-for-the-last-rank"});
+    std::fprintf(stderr, "rank %d: allreduce completed without the rank that left\n", rank);
+    return 1;
+  } catch (const kolo::Error& e) {
+    const std::string want = "rank(s) " + std::to_string(n - 1) + " left: the program ended";
+    CHECK(e.code() == kolo::ErrorCode::kShutdown, "code %d", static_cast<int>(e.code()));
+    CHECK(std::string(e.what()).find(want) != std::string::npos, "message: %s", e.what());
+    std::printf("rank %d: leave_early %s: %s\n", rank, g_failures ? "FAILED" : "OK", e.what());
+  }
+  kolo::shutdown();
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -243,7 +280,28 @@ int main(int argc, char** argv) {
   try {
     kolo::init();
     const int rank = kolo::rank(), n = kolo::size();
-    if (mode == "topology") {
+    if (mode == "reinit") {
+      run_reinit(rank, n);
+      return g_failures ? 1 : 0;
+    } else if (mode == "no_shutdown") {
+      check_allreduce(rank, n);
+      // Leave with work in flight, so the runtime's thread is busy while exit runs (the
+      // buffers are never freed: the operation may still read them).
+      // Another rank may leave first: then submitting fails, which is fine here.
+      try {
+        for (int i = 0; i < 8; ++i) {
+          auto* leaked = new std::vector<float>(1 << 20, 1.0f);
+          kolo::TensorView v{leaked->data(), DataType::kFloat32, {1 << 20}};
+          (void)kolo::allreduce_async(v, v, {.name = "in-flight-at-exit." + std::to_string(i)});
+        }
+      } catch (const kolo::Error& e) {
+        CHECK(e.code() == kolo::ErrorCode::kShutdown, "%s", e.what());
+      }
+      std::printf("rank %d of %d: returning without kolo::shutdown()\n", rank, n);
+      return g_failures ? 1 : 0;
+    } else if (mode == "leave_early") {
+      return run_leave_early(rank, n);
+    } else if (mode == "topology") {
       const char* env[] = {"KOLO_RANK",       "KOLO_SIZE",       "KOLO_LOCAL_RANK",
                            "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE"};
       std::printf(

@@ -18,6 +18,7 @@
 
 #include "common/logging.h"
 #include "transport/mpi/mpi_internal.h"
+#include "transport/mpi/mpi_lifetime.h"
 
 namespace kolo::transport {
 
@@ -85,25 +86,11 @@ Status MpiCommunicator::create(const MpiOptions& options, std::unique_ptr<Commun
 }
 
 Status MpiCommunicator::init(const MpiOptions& options) {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) {
-    return Status(ErrorCode::kUnsupported,
-                  "mpi: MPI was already finalized in this process and cannot be initialized "
-                  "again, so the mpi transport cannot be created");
-  }
-  int initialized = 0;
-  MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
-  if (!initialized) {
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-    if (rc != MPI_SUCCESS) return Internal("mpi: MPI_Init_thread failed: " + mpi_error_string(rc));
-    owns_mpi_ = true;
-  } else {
-    MPI_Query_thread(&provided);
-  }
-  // This thread makes every call. FUNNELED suffices when it is the thread that initialized
-  // MPI; when the program initialized MPI on another thread we need at least SERIALIZED.
+  KOLO_RETURN_IF_ERROR(ensure_mpi_initialized(&provided));
+  // This thread makes every call. When kolo initialized MPI it did so on a thread of its
+  // own (mpi_lifetime.h), so this thread is never MPI's main thread and needs at least
+  // SERIALIZED; when the program did, FUNNELED suffices on the thread that initialized it.
   int is_main = 0;
   MPI_Is_thread_main(&is_main);
   if (provided < MPI_THREAD_FUNNELED || (provided == MPI_THREAD_FUNNELED && !is_main)) {
@@ -159,7 +146,11 @@ Status MpiCommunicator::init(const MpiOptions& options) {
   return Status::OK();
 }
 
+MpiCommunicator::MpiCommunicator() { communicator_created(); }
+
 MpiCommunicator::~MpiCommunicator() {
+  // MPI itself is finalized at process exit (mpi_lifetime.h), unless a communicator broke.
+  communicator_destroyed(broken_);
   // A broken communicator may still have requests in flight that reference freed buffers
   // and peers that will never answer: touching MPI again (MPI_Finalize in particular,
   // which synchronizes with every rank) could hang the exiting process.
@@ -174,7 +165,6 @@ MpiCommunicator::~MpiCommunicator() {
   if (host_comm_ != MPI_COMM_NULL) MPI_Comm_free(&host_comm_);
   if (cross_comm_ != MPI_COMM_NULL) MPI_Comm_free(&cross_comm_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  if (owns_mpi_) MPI_Finalize();
 }
 
 Status MpiCommunicator::split(MpiGroup group, std::unique_ptr<Communicator>* out,

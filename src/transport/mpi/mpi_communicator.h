@@ -22,10 +22,11 @@
 namespace kolo::transport {
 
 // Creates the communicator of all ranks of MPI_COMM_WORLD. Initializes MPI (requesting
-// MPI_THREAD_MULTIPLE, accepting MPI_THREAD_FUNNELED or better) unless the program already
-// did; only in the first case does the communicator's destructor call MPI_Finalize, and
-// then at most once per process (MPI cannot be initialized again afterwards). Call it on
-// the thread that will make every later call. Blocks until every rank has called it.
+// MPI_THREAD_MULTIPLE, accepting MPI_THREAD_SERIALIZED or better) unless the program
+// already did; only in the first case does kolo finalize MPI, at process exit, so that
+// communicators can be created again after earlier ones were destroyed (mpi_lifetime.h).
+// Call it on the thread that will make every later call. Blocks until every rank has
+// called it.
 Status create_mpi_communicator(std::unique_ptr<Communicator>* out);
 
 struct MpiOptions {

@@ -136,7 +136,7 @@ class MpiCommunicator final : public Communicator {
   Status control_broadcast(std::string* message, Deadline deadline) override;
 
  private:
-  MpiCommunicator() = default;
+  MpiCommunicator();
   Status init(const MpiOptions& options);
   // Makes this a communicator over a duplicate of `group` of `parent` (split()).
   Status init_sub(MPI_Comm group, const char* label);
@@ -184,7 +184,6 @@ class MpiCommunicator final : public Communicator {
   std::size_t ring_min_bytes_ = 0;  // allreduce uses the ring from this size on; 0: never
   std::vector<char> scratch_;       // the ring's receive buffer
   MpiInterrupt interrupt_;          // see set_mpi_interrupt
-  bool owns_mpi_ = false;           // this object initialized MPI, so it finalizes it
   bool broken_ = false;
   std::string broken_reason_;
   ReduceOps ops_;
