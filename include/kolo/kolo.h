@@ -32,7 +32,7 @@ namespace kolo {
 inline constexpr int kGlobalProcessSet = 0;
 
 struct AllreduceOptions {
-  std::string name;                  // "" = deterministic "allreduce.noname.<n>"
+  std::string name = {};             // "" = deterministic "allreduce.noname.<n>"
   ReduceOp op = ReduceOp::kAverage;  // Horovod's default
   double prescale_factor = 1.0;      // multiplies the input before the reduction
   double postscale_factor = 1.0;     // multiplies the result (after averaging)
@@ -43,24 +43,24 @@ struct AllreduceOptions {
 };
 
 struct AllgatherOptions {
-  std::string name;  // "" = "allgather.noname.<n>"
+  std::string name = {};  // "" = "allgather.noname.<n>"
   int process_set = kGlobalProcessSet;
 };
 
 struct BroadcastOptions {
-  std::string name;  // "" = "broadcast.noname.<n>"
-  int root = 0;      // rank whose tensor every rank receives
+  std::string name = {};  // "" = "broadcast.noname.<n>"
+  int root = 0;           // rank whose tensor every rank receives
   int process_set = kGlobalProcessSet;
 };
 
 struct AlltoallOptions {
-  std::string name;                  // "" = "alltoall.noname.<n>"
-  std::vector<std::int64_t> splits;  // rows of dim 0 sent to each rank; empty = equal parts
+  std::string name = {};                  // "" = "alltoall.noname.<n>"
+  std::vector<std::int64_t> splits = {};  // rows of dim 0 sent to each rank; empty = equal parts
   int process_set = kGlobalProcessSet;
 };
 
 struct ReducescatterOptions {
-  std::string name;                  // "" = "reducescatter.noname.<n>"
+  std::string name = {};             // "" = "reducescatter.noname.<n>"
   ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
   double prescale_factor = 1.0;
   double postscale_factor = 1.0;

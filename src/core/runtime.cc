@@ -178,8 +178,14 @@ Handle Runtime::allreduce(const std::vector<TensorView>& inputs,
     check_view(in, what + " input " + std::to_string(i));
     check_view(out, what + " output " + std::to_string(i));
     if (in.dtype != inputs[0].dtype || in.device != inputs[0].device) {
+      // Horovod fuses mixed dtypes in one group; here a group is one request with one
+      // dtype, so a mixed group is split by the caller.
       throw_error(ErrorCode::kInvalidArgument,
-                  what + ": every tensor of a group must have the same dtype and device");
+                  what + ": tensor " + std::to_string(i) + " is " + dtype_name(in.dtype) + " on " +
+                      device_kind_name(in.device) + " but tensor 0 is " +
+                      dtype_name(inputs[0].dtype) + " on " + device_kind_name(inputs[0].device) +
+                      "; every tensor of a group must have one dtype and device: make one group "
+                      "per dtype (they still fuse with each other's dtype-mates)");
     }
     if (out.dtype != in.dtype || out.numel() != in.numel() || out.device != in.device) {
       throw_error(ErrorCode::kInvalidArgument,
