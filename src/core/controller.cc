@@ -1,5 +1,6 @@
 #include "core/controller.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -25,7 +26,49 @@ Controller::Controller(const Config& config, transport::Communicator* comm)
       words_((config.cache_capacity + 63) / 64),
       rank_words_((comm->size() + 63) / 64),
       cache_(config.cache_capacity),
-      table_(comm->size()) {}
+      table_(comm->size()) {
+  // A stopped rank blocks every cycle in its first control call, so the table-based
+  // stall check below never runs: the coordinator also warns from inside that wait.
+  if (comm_->rank() == 0 && config_.stall_check_seconds > 0) {
+    comm_->set_wait_observer(
+        [this](transport::Clock::duration waited, const std::vector<int>& missing) {
+          warn_waiting(waited, missing);
+        });
+  }
+}
+
+std::string Controller::pending_names() const {
+  std::vector<std::string> names;
+  for (const auto& r : uncached_) names.push_back(r.name);
+  for (const auto& [bit, hit] : hits_) names.push_back(hit.request.name);
+  for (const auto& [name, r] : sent_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > 5) out += " and " + std::to_string(names.size() - 5) + " more";
+  return out.empty() ? "none yet" : out;
+}
+
+void Controller::warn_waiting(transport::Clock::duration waited, const std::vector<int>& missing) {
+  const double seconds = std::chrono::duration<double>(waited).count();
+  const auto now = Clock::now();
+  const auto period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config_.stall_check_seconds));
+  if (seconds < config_.stall_check_seconds) return;
+  if (last_wait_warning_ != Clock::time_point{} && now - last_wait_warning_ < period) return;
+  last_wait_warning_ = now;
+  const std::string who = missing.empty() ? "some rank (this transport cannot tell which)"
+                                          : "rank(s) " + rank_list_string(missing);
+  KOLO_LOG(kWarning, "stall") << "rank 0 has waited " << static_cast<int>(seconds)
+                              << " s in negotiation for " << who
+                              << ", which take no part at all: stopped (SIGSTOP, a debugger), "
+                                 "hung outside kolo, or on another machine that is unreachable. "
+                                 "Tensors of rank 0 waiting: "
+                              << pending_names() << ". They are reported dead after "
+                              << static_cast<int>(config_.peer_timeout_seconds)
+                              << " s (KOLO_PEER_TIMEOUT_SECONDS).";
+}
 
 transport::Deadline Controller::deadline() const {
   return transport::Clock::now() + std::chrono::duration_cast<transport::Clock::duration>(

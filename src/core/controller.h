@@ -73,6 +73,11 @@ class Controller {
   void check_stalls(Clock::time_point now);
   // What a stall warning tells the user to do, and what happens next.
   std::string stall_advice() const;
+  // Coordinator: the transport says it has waited `waited` in a control call for the
+  // ranks `missing`: warn once per KOLO_STALL_CHECK_SECONDS once past it.
+  void warn_waiting(transport::Clock::duration waited, const std::vector<int>& missing);
+  // Names of this rank's requests that wait for negotiation ("'a', 'b'", at most 5).
+  std::string pending_names() const;
   void renegotiate_hit(int bit);
   transport::Deadline deadline() const;
 
@@ -91,6 +96,7 @@ class Controller {
   Tunables proposal_;
   Clock::time_point next_stall_check_{};
   std::unordered_map<std::string, Clock::time_point> warned_;  // stalled name -> last warning
+  Clock::time_point last_wait_warning_{};  // coordinator: last warn_waiting() message
   std::uint64_t fast_cycles_ = 0;
   std::uint64_t slow_cycles_ = 0;
 };

@@ -30,7 +30,9 @@ struct PeerResult {
 
 // Rank 1's side of one slow-path cycle, sending `bytes` as its request list.
 PeerResult forge_cycle(transport::Communicator& comm, const std::string& bytes,
-                       const Config& config) {
+                       const Config& config,
+                       std::chrono::milliseconds stopped = std::chrono::milliseconds(0)) {
+  std::this_thread::sleep_for(stopped);  // as if the process were stopped (SIGSTOP)
   PeerResult out;
   const auto deadline = transport::Clock::now() + std::chrono::seconds(20);
   const int words = (config.cache_capacity + 63) / 64;
@@ -91,6 +93,38 @@ TEST(ControllerPeerTest, RankOutsideTheJobIsRefused) {
 
 TEST(ControllerPeerTest, MalformedRequestListNamesTheSender) {
   expect_both_fail("not a request list", "the request list from rank 1 is malformed");
+}
+
+// A rank that takes no part at all (stopped by SIGSTOP or a debugger) blocks rank 0 in
+// the cycle's first control call, where the table-based stall check cannot run: the
+// coordinator warns from inside the wait, naming the rank and its own waiting tensors,
+// before the peer timeout; once the rank comes back the cycle completes normally.
+TEST(ControllerPeerTest, CoordinatorWarnsWhileARankIsStopped) {
+  Config config;
+  config.peer_timeout_seconds = 20;
+  config.stall_check_seconds = 1;
+  transport::InprocWorld world(2);
+  auto c0 = world.communicator(0);
+  auto c1 = world.communicator(1);
+  PeerResult peer;
+  ::testing::internal::CaptureStderr();
+  std::thread stopped([&] {
+    peer = forge_cycle(*c1, encode_requests({request_of(1, "w")}), config,
+                       std::chrono::milliseconds(3500));
+  });
+  Controller controller(config, c0.get());
+  Controller::Cycle cycle = controller.run({request_of(0, "w")}, Controller::Leave::kNo);
+  stopped.join();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("rank 0 has waited 1 s in negotiation for rank(s) 1"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("Tensors of rank 0 waiting: 'w'"), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped (SIGSTOP"), std::string::npos) << err;
+  ASSERT_TRUE(cycle.fatal.ok()) << cycle.fatal.to_string();
+  ASSERT_EQ(cycle.responses.size(), 1u);
+  EXPECT_EQ(cycle.responses[0].name, "w");
+  EXPECT_FALSE(cycle.responses[0].is_error()) << cycle.responses[0].error;
+  ASSERT_TRUE(peer.status.ok()) << peer.status.to_string();
 }
 
 }  // namespace

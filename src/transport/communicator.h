@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,15 @@ class Communicator {
                                 Deadline deadline) = 0;
   // Rank 0's `message` replaces `message` on every rank.
   virtual Status control_broadcast(std::string* message, Deadline deadline) = 0;
+
+  // Optional: while this rank waits in a control-plane call for other ranks, the
+  // transport calls `observer` about once a second (after the first second) on the
+  // waiting thread, with the time waited so far and the ranks still missing (empty when
+  // it cannot tell). The coordinator's stall inspector warns from it on its own clock, so
+  // a stopped rank (SIGSTOP, a debugger) is reported before the peer timeout. Transports
+  // that cannot watch their waits ignore it.
+  using WaitObserver = std::function<void(Clock::duration waited, const std::vector<int>& missing)>;
+  virtual void set_wait_observer(WaitObserver observer) { (void)observer; }
 };
 
 }  // namespace kolo::transport

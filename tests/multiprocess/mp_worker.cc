@@ -12,6 +12,8 @@
 //   mp_worker no_shutdown   allreduce checks, then returns from main without shutdown()
 //   mp_worker leave_early   the last rank returns from main without shutdown() while the
 //                           others wait in an allreduce; they must fail naming it
+//   mp_worker stopped_rank  rank 0 stops rank 1 (SIGSTOP) for 4 s around an allreduce;
+//                           run with KOLO_STALL_CHECK_SECONDS=1: rank 0 warns meanwhile
 #include <sys/resource.h>
 #include <unistd.h>
 #include <chrono>
@@ -273,6 +275,29 @@ int run_leave_early(int rank, int n) {
   return g_failures ? 1 : 0;
 }
 
+int run_stopped_rank(int rank, int n) {
+  CHECK(n == 2, "stopped_rank runs on 2 ranks, not %d", n);
+  std::int64_t pid = getpid();
+  kolo::TensorView p{&pid, DataType::kInt64, {1}};
+  kolo::Tensor pids = kolo::allgather(p, {.name = "pids"});
+  std::vector<float> g(16, 1.0f);
+  kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
+  if (rank == 0) {
+    const pid_t other = static_cast<pid_t>(static_cast<const std::int64_t*>(pids.data())[1]);
+    kill(other, SIGSTOP);
+    kolo::Handle h = kolo::allreduce_async(v, v, {.name = "while-rank-1-is-stopped"});
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    kill(other, SIGCONT);
+    h.wait();
+  } else {
+    kolo::allreduce(v, {.name = "while-rank-1-is-stopped"});
+  }
+  CHECK(g[0] == 1.0f, "average %g", g[0]);
+  std::printf("rank %d: stopped_rank %s\n", rank, g_failures ? "FAILED" : "OK");
+  kolo::shutdown();
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,6 +326,8 @@ int main(int argc, char** argv) {
       return g_failures ? 1 : 0;
     } else if (mode == "leave_early") {
       return run_leave_early(rank, n);
+    } else if (mode == "stopped_rank") {
+      return run_stopped_rank(rank, n);
     } else if (mode == "topology") {
       const char* env[] = {"KOLO_RANK",       "KOLO_SIZE",       "KOLO_LOCAL_RANK",
                            "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE"};

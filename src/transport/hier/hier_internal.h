@@ -32,6 +32,10 @@ class HierarchicalCommunicator final : public Communicator {
 
   const Topology& topology() const override { return global_->topology(); }
   const char* name() const override { return "hierarchical"; }
+  // The control plane runs over the global communicator.
+  void set_wait_observer(WaitObserver observer) override {
+    global_->set_wait_observer(std::move(observer));
+  }
   Communicator* global() const { return global_.get(); }
   Communicator* local() const { return local_.get(); }
   Communicator* cross() const { return cross_.get(); }

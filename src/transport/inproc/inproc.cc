@@ -114,6 +114,7 @@ class InprocCommunicator final : public Communicator {
     std::vector<std::uint64_t> result = words;
     InprocWorld::Slot mine;
     mine.words = &words;
+    mine.observer = observer();
     KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
       for (const auto& s : slots) {
         for (std::size_t i = 0; i < result.size(); ++i) result[i] &= (*s.words)[i];
@@ -127,6 +128,7 @@ class InprocCommunicator final : public Communicator {
                         Deadline deadline) override {
     InprocWorld::Slot mine;
     mine.text = &mine_text;
+    mine.observer = observer();
     return world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
       if (rank_ != 0) return;
       all->clear();
@@ -138,6 +140,7 @@ class InprocCommunicator final : public Communicator {
     std::string copy;
     InprocWorld::Slot mine;
     mine.text = message;
+    mine.observer = observer();
     KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
       if (rank_ != 0) copy = *slots[0].text;
     }));
@@ -145,11 +148,16 @@ class InprocCommunicator final : public Communicator {
     return Status::OK();
   }
 
+  void set_wait_observer(WaitObserver observer) override { observer_ = std::move(observer); }
+
  private:
+  const WaitObserver* observer() const { return observer_ ? &observer_ : nullptr; }
+
   InprocWorld* world_;
   int rank_;
   Topology topology_;
   FutexCycleBell bell_;
+  WaitObserver observer_;
 };
 
 }  // namespace
@@ -211,8 +219,24 @@ Status InprocWorld::arrive(int rank, const Slot& mine, Deadline deadline, bool k
     cv_.notify_all();
     return Status::OK();
   }
-  const bool passed =
-      cv_.wait_until(lock, deadline, [&] { return generation_ != gen || !broken_.empty(); });
+  const auto pred = [&] { return generation_ != gen || !broken_.empty(); };
+  const auto start = Clock::now();
+  auto next_report = start + std::chrono::seconds(1);
+  bool passed = false;
+  for (;;) {
+    passed = cv_.wait_until(lock, mine.observer ? std::min(deadline, next_report) : deadline, pred);
+    const auto now = Clock::now();
+    if (passed || now >= deadline) break;
+    if (now < next_report) continue;
+    next_report = now + std::chrono::seconds(1);
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!arrived_[r]) missing.push_back(r);
+    }
+    lock.unlock();
+    (*mine.observer)(now - start, missing);
+    lock.lock();
+  }
   if (passed && generation_ != gen) return Status::OK();
   if (!broken_.empty()) return PeerFailure(broken_);
   std::vector<int> missing;

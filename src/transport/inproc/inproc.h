@@ -39,6 +39,8 @@ class InprocWorld {
     const std::string* text = nullptr;
     const std::vector<std::uint64_t>* words = nullptr;
     void* scratch = nullptr;
+    // Control-plane calls: told about once a second while this rank waits for others.
+    const Communicator::WaitObserver* observer = nullptr;
   };
   // Publishes rank's slot, waits for every rank, runs `read` (which may read every
   // slot), waits again so slots stay valid while others read. Fails on deadline naming

@@ -98,6 +98,24 @@ void incomplete_ranks(std::vector<MPI_Request>& requests, std::size_t first, int
 
 }  // namespace
 
+void MpiCommunicator::observe_wait(Clock::time_point start,
+                                   const std::vector<MPI_Request>& requests, std::size_t first) {
+  if (!observer_) return;
+  const auto now = Clock::now();
+  if (now - start < std::chrono::seconds(1) || now < next_report_) return;
+  next_report_ = now + std::chrono::seconds(1);
+  // MPI_Request_get_status neither completes nor frees a request, so the wait's own
+  // statuses are untouched.
+  std::vector<int> missing;
+  for (int r = 1; r < size(); ++r) {
+    MPI_Request req = requests[first + r - 1];
+    int flag = 1;
+    if (req != MPI_REQUEST_NULL) MPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+    if (!flag) missing.push_back(r);
+  }
+  observer_(now - start, missing);
+}
+
 Status MpiCommunicator::root_failure(int op_code, const std::vector<int>& missing,
                                      std::string message) {
   // notice_ is only ever written here, just before the communicator breaks, so nothing in
@@ -207,7 +225,13 @@ Status MpiCommunicator::control_and_root(std::vector<std::uint64_t>& words, Cloc
   }
   int error = MPI_SUCCESS;
   WaitResult result = poll_until(
-      deadline, [&](bool* done) { return testall(requests_, statuses_, done); }, &error);
+      deadline,
+      [&](bool* done) {
+        const int rc = testall(requests_, statuses_, done);
+        if (rc == MPI_SUCCESS && !*done) observe_wait(start, requests_, 0);
+        return rc;
+      },
+      &error);
   if (result == WaitResult::kMpiError) return fail_mpi(where("control_and"), error);
   if (result == WaitResult::kTimeout) {
     missing_.clear();

@@ -134,6 +134,7 @@ class MpiCommunicator final : public Communicator {
   Status control_gather(const std::string& mine, std::vector<std::string>* all,
                         Deadline deadline) override;
   Status control_broadcast(std::string* message, Deadline deadline) override;
+  void set_wait_observer(WaitObserver observer) override { observer_ = std::move(observer); }
 
  private:
   MpiCommunicator();
@@ -199,6 +200,12 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::uint64_t> notice_;  // rank 0: the failure notice (see root_failure)
   std::vector<char> arrived_;          // rank 0: which ranks took part in this call
   std::vector<int> missing_;
+  WaitObserver observer_;
+  Clock::time_point next_report_{};
+  // Tells observer_ (at most once a second, after the first) that a control call that
+  // began at `start` still waits for the ranks whose requests[first + r - 1] are pending.
+  void observe_wait(Clock::time_point start, const std::vector<MPI_Request>& requests,
+                    std::size_t first);
 };
 
 template <typename Describe>

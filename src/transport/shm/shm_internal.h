@@ -38,6 +38,11 @@ class ShmCommunicator final : public Communicator {
                           const SliceStage* stage, Deadline deadline);
   void set_rank_names(std::vector<int> names) { barrier_.set_rank_names(std::move(names)); }
   void set_interrupt(ShmInterrupt interrupt) { barrier_.set_interrupt(std::move(interrupt)); }
+  // The barrier's control_and and the base's delegated control calls.
+  void set_wait_observer(WaitObserver observer) override {
+    barrier_.set_wait_observer(observer);
+    base_->set_wait_observer(std::move(observer));
+  }
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Deadline deadline) override;
   Status broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) override;

@@ -162,6 +162,8 @@ Status Barrier::sync(const char* op, Deadline deadline) {
   }
 
   auto next_check = Clock::now();
+  const bool observed = observer_ && std::strncmp(op, "control", 7) == 0;
+  auto next_report = start + std::chrono::seconds(1);
   for (;;) {
     const std::uint32_t seen = at(w.word).load(std::memory_order_seq_cst);
     at(w.sleepers).fetch_add(1, std::memory_order_seq_cst);
@@ -196,6 +198,10 @@ Status Barrier::sync(const char* op, Deadline deadline) {
         return fail(op, where(op) + rank_list(named(dead)) + " did not take part: " +
                             (dead.size() == 1 ? "its process (pid " : "their processes (pids ") +
                             pids + ") exited");
+      }
+      if (observed && now >= next_report && now < deadline) {
+        next_report = now + std::chrono::seconds(1);
+        observer_(now - start, named(missing_));
       }
       if (now >= deadline) {
         return fail(op, where(op) + rank_list(named(missing_)) + " did not take part within " +

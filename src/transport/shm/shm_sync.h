@@ -51,6 +51,11 @@ class Barrier {
   void set_interrupt(std::function<bool(std::string* why)> interrupt) {
     interrupt_ = std::move(interrupt);
   }
+  // Told about once a second while sync() of a control-plane call ("control_...") waits
+  // (Communicator::set_wait_observer).
+  void set_wait_observer(std::function<void(Clock::duration, const std::vector<int>&)> o) {
+    observer_ = std::move(o);
+  }
   bool broken() const { return !broken_.empty(); }
   std::uint64_t epoch() const { return epoch_; }
 
@@ -79,6 +84,7 @@ class Barrier {
 
   std::vector<int> names_;
   std::function<bool(std::string* why)> interrupt_;
+  std::function<void(Clock::duration, const std::vector<int>&)> observer_;
   std::vector<int> missing_;  // scratch
 };
 
