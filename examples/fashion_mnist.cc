@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "fashion_mnist_model.h"
@@ -43,10 +44,29 @@ struct Dataset {
   torch::Tensor images, labels;
 };
 
-// The whole split, on `device` (Fashion-MNIST is small enough to live there).
-Dataset load(const std::string& dir, const std::string& split, const torch::Device& device) {
-  return {kolo::load_idx_images(dir + "/" + split + "-images-idx3-ubyte.gz").to(device),
-          kolo::load_idx_labels(dir + "/" + split + "-labels-idx1-ubyte.gz").to(device)};
+constexpr std::int64_t kClasses = 10, kImageSide = 28;  // what Net takes and predicts
+
+// The whole split, on `device` (Fashion-MNIST is small enough to live there). Throws,
+// naming the file, unless it has at least `min_images` images of the model's size, one
+// label each, all of them classes of the model.
+Dataset load(const std::string& dir, const std::string& split, std::int64_t min_images,
+             const std::string& why, const torch::Device& device) {
+  const std::string images = dir + "/" + split + "-images-idx3-ubyte.gz";
+  kolo::IdxDataset d =
+      kolo::load_idx_dataset(images, dir + "/" + split + "-labels-idx1-ubyte.gz", kClasses);
+  const std::int64_t n = d.images.size(0);
+  if (d.images.size(2) != kImageSide || d.images.size(3) != kImageSide) {
+    throw std::runtime_error(images + ": images of " + std::to_string(d.images.size(2)) + " x " +
+                             std::to_string(d.images.size(3)) + " pixels; the model takes " +
+                             std::to_string(kImageSide) + " x " + std::to_string(kImageSide) +
+                             " (Fashion-MNIST)");
+  }
+  if (n < min_images) {
+    throw std::runtime_error(images + ": " + std::to_string(n) + " images: " + why +
+                             "; point --data at a directory with the complete Fashion-MNIST "
+                             "files");
+  }
+  return {d.images.to(device), d.labels.to(device)};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -136,8 +156,13 @@ int train(const Flags& flags) {
   // their tensors through host memory), else the CPU.
   const torch::Device device = kolo::device();
   if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
-  const Dataset train_set = load(flags.data, "train", device),
-                test_set = load(flags.data, "t10k", device);
+  // Every rank loads (and checks) the data itself, so a bad file fails every rank.
+  const Dataset train_set = load(flags.data, "train", size,
+                                 "fewer than the " + std::to_string(size) +
+                                     " workers, each of which trains on at least one",
+                                 device),
+                test_set = load(flags.data, "t10k", 1,
+                                "the test set is empty, so there is no accuracy to report", device);
   Net model;
   model->to(device);
   const double lr = 1e-3 * size;

@@ -213,4 +213,16 @@ class DistributedSampler {
 torch::Tensor load_idx_images(const std::string& path);
 torch::Tensor load_idx_labels(const std::string& path);
 
+// An images file and its labels file, loaded as above and checked to belong together:
+// as many labels as images (else a kolo::Error naming both files and both counts, rather
+// than training on a prefix) and every label in [0, num_classes) (else an error naming
+// the labels file, the first bad label and its index). An empty pair loads (0 images);
+// whether that is usable is the caller's decision.
+struct IdxDataset {
+  torch::Tensor images;  // float32 [N, 1, rows, cols]
+  torch::Tensor labels;  // int64 [N]
+};
+IdxDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
+                            std::int64_t num_classes);
+
 }  // namespace kolo
