@@ -1,5 +1,6 @@
 // kolo for libtorch: collectives on torch::Tensor, DistributedOptimizer, broadcasts of
-// parameters, optimizer state and objects, a distributed sampler and an IDX loader.
+// parameters, optimizer state and objects, checksummed checkpoint files, a distributed
+// sampler and an IDX loader.
 //
 //   kolo::init();
 //   auto device = kolo::device();                    // cuda:<local_rank> or cpu
@@ -184,6 +185,22 @@ class DistributedOptimizer {
   bool synchronized_ = false;  // synchronize() ran and no backward pass since
   std::vector<Handle::Times> last_times_;
 };
+
+// --- checkpoint files -----------------------------------------------------------------------
+
+// save_archive writes `archive` (libtorch's serialization) with a header holding its length
+// and CRC-32, first to `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash
+// leaves the previous file or the new one, never part of one. Call it on one rank.
+// load_archive reads such a file and refuses it if it is truncated, damaged (the checksum
+// does not match), not a kolo checkpoint, or a plain libtorch archive without the header;
+// every error is a kolo::Error naming the file and what to do. `device` as for
+// InputArchive::load_from (where the tensors go; default: where they were saved from).
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path);
+void load_archive(torch::serialize::InputArchive& archive, const std::string& path,
+                  const c10::optional<torch::Device>& device = c10::nullopt);
+// Throws a kolo::Error naming `path` unless save_archive can write it (creates and removes
+// its temp file): to refuse a bad checkpoint path before training rather than after.
+void check_archive_writable(const std::string& path);
 
 // --- data -----------------------------------------------------------------------------------
 
