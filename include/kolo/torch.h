@@ -151,6 +151,16 @@ class DistributedOptimizer {
   // synchronize() (unless skipped, see below, or already called since the last backward
   // pass) then the wrapped optimizer's step().
   void step();
+  // Zeroes the wrapped optimizer's gradients. After backward() without step() (skipping a
+  // step, e.g. on a NaN loss) it first discards the step's reductions: their allreduces
+  // already run with the other ranks and cannot be withdrawn, so it submits the remaining
+  // gradients as synchronize() would, waits for all of them (bounded like any operation:
+  // peer timeout, stall shutdown), drops the results and resets, and the next backward()
+  // and step() run normally. If a reduction failed it still zeroes and resets, then throws
+  // the kolo::Error naming the tensor. Skip on every rank or on none (decide together, e.g.
+  // from an allreduce of the loss): a rank that skips alone still sends its gradients to
+  // the others' step, so nobody hangs, but the replicas differ from then on. Before the
+  // last of backward_passes_per_step passes (nothing sent yet) it restarts the count.
   void zero_grad();
   torch::optim::Optimizer& optimizer() { return optimizer_; }
 
