@@ -6,8 +6,10 @@
 // kolo::DistributedOptimizer averages the gradients across workers, so all replicas take
 // the same steps; with N workers an epoch takes 1/N of the steps, and the learning rate
 // is scaled by N to make up for the N-times larger global batch (Horovod's recipe).
-// Rank 0 prints progress, writes checkpoints and the summary; --resume may restart on a
-// different number of workers. This is a starting point to copy, not a benchmark.
+// Rank 0 prints progress, writes checkpoints (kolo::save_archive: checksummed, atomic) and
+// the summary; --resume may restart on a different number of workers. Whatever fails on
+// rank 0 alone (an unwritable or damaged checkpoint) fails every rank with the same
+// message. This is a starting point to copy, not a benchmark.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "fashion_mnist_model.h"
@@ -43,10 +46,29 @@ struct Dataset {
   torch::Tensor images, labels;
 };
 
-// The whole split, on `device` (Fashion-MNIST is small enough to live there).
-Dataset load(const std::string& dir, const std::string& split, const torch::Device& device) {
-  return {kolo::load_idx_images(dir + "/" + split + "-images-idx3-ubyte.gz").to(device),
-          kolo::load_idx_labels(dir + "/" + split + "-labels-idx1-ubyte.gz").to(device)};
+constexpr std::int64_t kClasses = 10, kImageSide = 28;  // what Net takes and predicts
+
+// The whole split, on `device` (Fashion-MNIST is small enough to live there). Throws,
+// naming the file, unless it has at least `min_images` images of the model's size, one
+// label each, all of them classes of the model.
+Dataset load(const std::string& dir, const std::string& split, std::int64_t min_images,
+             const std::string& why, const torch::Device& device) {
+  const std::string images = dir + "/" + split + "-images-idx3-ubyte.gz";
+  kolo::IdxDataset d =
+      kolo::load_idx_dataset(images, dir + "/" + split + "-labels-idx1-ubyte.gz", kClasses);
+  const std::int64_t n = d.images.size(0);
+  if (d.images.size(2) != kImageSide || d.images.size(3) != kImageSide) {
+    throw std::runtime_error(images + ": images of " + std::to_string(d.images.size(2)) + " x " +
+                             std::to_string(d.images.size(3)) + " pixels; the model takes " +
+                             std::to_string(kImageSide) + " x " + std::to_string(kImageSide) +
+                             " (Fashion-MNIST)");
+  }
+  if (n < min_images) {
+    throw std::runtime_error(images + ": " + std::to_string(n) + " images: " + why +
+                             "; point --data at a directory with the complete Fashion-MNIST "
+                             "files");
+  }
+  return {d.images.to(device), d.labels.to(device)};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -59,6 +81,27 @@ void write_atomically(const std::string& path, WriteFn write) {
   const std::string tmp = path + ".tmp";
   write(tmp);
   std::filesystem::rename(tmp, path);
+}
+
+// Runs `fn` on rank 0 alone and makes its outcome every rank's: if it throws, every rank
+// throws its message (`what` says what rank 0 was doing). Otherwise the others would
+// fail later with only "rank 0 went away", or wait in their next collective until a
+// timeout.
+template <typename Fn>
+void on_rank0(const std::string& name, const std::string& what, Fn fn) {
+  std::string error;  // "" = success
+  if (kolo::rank() == 0) {
+    try {
+      fn();
+    } catch (const c10::Error& e) {
+      error = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  error = kolo::broadcast_object(error, 0, name);
+  if (error.empty()) return;
+  throw std::runtime_error(kolo::rank() == 0 ? error : "rank 0 could not " + what + ": " + error);
 }
 
 // Rank 0's progress bar on stderr, redrawn in place at most 10 times a second.
@@ -109,21 +152,28 @@ void save_checkpoint(const std::string& path, Net& model, torch::optim::Optimize
   archive.write("model", model_archive);
   archive.write("optimizer", optimizer_archive);
   archive.write("epochs_done", torch::IValue(static_cast<std::int64_t>(epochs_done)));
-  write_atomically(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+  kolo::save_archive(archive, path);
 }
 
 // Restores the model and optimizer from `path`; returns the number of epochs it had done.
 int load_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& optimizer,
                     const torch::Device& device) {
   torch::serialize::InputArchive archive, model_archive, optimizer_archive;
-  archive.load_from(path, device);  // saved from whichever device the writer trained on
-  archive.read("model", model_archive);
-  archive.read("optimizer", optimizer_archive);
-  model->load(model_archive);
-  optimizer.load(optimizer_archive);
-  torch::IValue epochs_done;
-  archive.read("epochs_done", epochs_done);
-  return static_cast<int>(epochs_done.toInt());
+  // Refuses a damaged file; `device`: saved from whichever device the writer trained on.
+  kolo::load_archive(archive, path, device);
+  try {
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    model->load(model_archive);
+    optimizer.load(optimizer_archive);
+    torch::IValue epochs_done;
+    archive.read("epochs_done", epochs_done);
+    return static_cast<int>(epochs_done.toInt());
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("checkpoint " + path +
+                             " is intact but not this example's model and Adam state (" +
+                             e.what_without_backtrace() + ")");
+  }
 }
 
 int train(const Flags& flags) {
@@ -136,18 +186,29 @@ int train(const Flags& flags) {
   // their tensors through host memory), else the CPU.
   const torch::Device device = kolo::device();
   if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
-  const Dataset train_set = load(flags.data, "train", device),
-                test_set = load(flags.data, "t10k", device);
+  // Every rank loads (and checks) the data itself, so a bad file fails every rank.
+  const Dataset train_set = load(flags.data, "train", size,
+                                 "fewer than the " + std::to_string(size) +
+                                     " workers, each of which trains on at least one",
+                                 device),
+                test_set = load(flags.data, "t10k", 1,
+                                "the test set is empty, so there is no accuracy to report", device);
   Net model;
   model->to(device);
   const double lr = 1e-3 * size;
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(lr));
   kolo::DistributedOptimizer optimizer(adam, model->named_parameters());
 
-  // Rank 0 restores the checkpoint; the broadcasts below hand it to everyone.
+  // Rank 0 checks that it can write the checkpoint (now, not after the first epoch) and
+  // restores it; the broadcasts below hand it to everyone.
   int start_epoch = 0;
-  if (flags.resume && rank == 0 && std::filesystem::exists(flags.checkpoint)) {
-    start_epoch = load_checkpoint(flags.checkpoint, model, adam, device);
+  if (!flags.checkpoint.empty()) {
+    on_rank0("checkpoint.start", "use the checkpoint", [&] {
+      kolo::check_archive_writable(flags.checkpoint);
+      if (flags.resume && std::filesystem::exists(flags.checkpoint)) {
+        start_epoch = load_checkpoint(flags.checkpoint, model, adam, device);
+      }
+    });
   }
   start_epoch = static_cast<int>(
       kolo::broadcast_object(torch::IValue(std::int64_t{start_epoch}), 0, "start_epoch").toInt());
@@ -207,7 +268,10 @@ int train(const Flags& flags) {
       std::printf("epoch %d/%d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n", epoch + 1,
                   flags.epochs, mean_loss, accuracy, images_per_sec);
       std::fflush(stdout);
-      if (!flags.checkpoint.empty()) save_checkpoint(flags.checkpoint, model, adam, epoch + 1);
+    }
+    if (!flags.checkpoint.empty()) {
+      on_rank0("checkpoint.save", "save the checkpoint",
+               [&] { save_checkpoint(flags.checkpoint, model, adam, epoch + 1); });
     }
   }
 
@@ -244,7 +308,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", flags.threads, "torch threads per worker")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  app.add_option("--checkpoint", flags.checkpoint, "save model and optimizer here every epoch");
+  app.add_option("--checkpoint", flags.checkpoint,
+                 "save model and optimizer here every epoch (checked writable before training)");
   app.add_flag("--resume", flags.resume, "continue from --checkpoint if it exists");
   app.add_option("--summary-json", flags.summary_json, "write the final metrics here as JSON");
   app.add_option("--seed", flags.seed, "seed of the initial weights and the shuffle")
@@ -269,6 +334,8 @@ int main(int argc, char** argv) {
   } catch (const kolo::Error& e) {
     std::fprintf(stderr, "%s: kolo error (%s): %s\n", who().c_str(),
                  kolo::error_code_name(e.code()), e.what());
+  } catch (const c10::Error& e) {  // libtorch's: the message without its C++ backtrace
+    std::fprintf(stderr, "%s: error: %s\n", who().c_str(), e.what_without_backtrace());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", who().c_str(), e.what());
   }

@@ -1,5 +1,6 @@
 // kolo for libtorch: collectives on torch::Tensor, DistributedOptimizer, broadcasts of
-// parameters, optimizer state and objects, a distributed sampler and an IDX loader.
+// parameters, optimizer state and objects, checksummed checkpoint files, a distributed
+// sampler and an IDX loader.
 //
 //   kolo::init();
 //   auto device = kolo::device();                    // cuda:<local_rank> or cpu
@@ -150,6 +151,16 @@ class DistributedOptimizer {
   // synchronize() (unless skipped, see below, or already called since the last backward
   // pass) then the wrapped optimizer's step().
   void step();
+  // Zeroes the wrapped optimizer's gradients. After backward() without step() (skipping a
+  // step, e.g. on a NaN loss) it first discards the step's reductions: their allreduces
+  // already run with the other ranks and cannot be withdrawn, so it submits the remaining
+  // gradients as synchronize() would, waits for all of them (bounded like any operation:
+  // peer timeout, stall shutdown), drops the results and resets, and the next backward()
+  // and step() run normally. If a reduction failed it still zeroes and resets, then throws
+  // the kolo::Error naming the tensor. Skip on every rank or on none (decide together, e.g.
+  // from an allreduce of the loss): a rank that skips alone still sends its gradients to
+  // the others' step, so nobody hangs, but the replicas differ from then on. Before the
+  // last of backward_passes_per_step passes (nothing sent yet) it restarts the count.
   void zero_grad();
   torch::optim::Optimizer& optimizer() { return optimizer_; }
 
@@ -185,6 +196,22 @@ class DistributedOptimizer {
   std::vector<Handle::Times> last_times_;
 };
 
+// --- checkpoint files -----------------------------------------------------------------------
+
+// save_archive writes `archive` (libtorch's serialization) with a header holding its length
+// and CRC-32, first to `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash
+// leaves the previous file or the new one, never part of one. Call it on one rank.
+// load_archive reads such a file and refuses it if it is truncated, damaged (the checksum
+// does not match), not a kolo checkpoint, or a plain libtorch archive without the header;
+// every error is a kolo::Error naming the file and what to do. `device` as for
+// InputArchive::load_from (where the tensors go; default: where they were saved from).
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path);
+void load_archive(torch::serialize::InputArchive& archive, const std::string& path,
+                  const c10::optional<torch::Device>& device = c10::nullopt);
+// Throws a kolo::Error naming `path` unless save_archive can write it (creates and removes
+// its temp file): to refuse a bad checkpoint path before training rather than after.
+void check_archive_writable(const std::string& path);
+
 // --- data -----------------------------------------------------------------------------------
 
 // Indices of this rank's shard for one epoch: a permutation of [0, size) from
@@ -212,5 +239,17 @@ class DistributedSampler {
 // [0, 1], labels as int64 [N]. Throws kolo::Error naming the file on bad input.
 torch::Tensor load_idx_images(const std::string& path);
 torch::Tensor load_idx_labels(const std::string& path);
+
+// An images file and its labels file, loaded as above and checked to belong together:
+// as many labels as images (else a kolo::Error naming both files and both counts, rather
+// than training on a prefix) and every label in [0, num_classes) (else an error naming
+// the labels file, the first bad label and its index). An empty pair loads (0 images);
+// whether that is usable is the caller's decision.
+struct IdxDataset {
+  torch::Tensor images;  // float32 [N, 1, rows, cols]
+  torch::Tensor labels;  // int64 [N]
+};
+IdxDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
+                            std::int64_t num_classes);
 
 }  // namespace kolo

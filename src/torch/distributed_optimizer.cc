@@ -7,11 +7,13 @@
 // `backward_passes_per_step` passes and returns at once, so communication overlaps the
 // rest of backward with no copy of the gradient. synchronize() reduces parameters that got
 // no gradient (as zeros, so every rank submits the same names) and waits for every
-// allreduce. Not for: broadcasting initial state (broadcast.cc).
+// allreduce. zero_grad() before step() (a skipped step) finishes and discards the step's
+// allreduces. Not for: broadcasting initial state (broadcast.cc).
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <exception>
 #include <unordered_map>
 #include <unordered_set>
@@ -258,7 +260,36 @@ void DistributedOptimizer::step() {
   optimizer_.step();
 }
 
-void DistributedOptimizer::zero_grad() { optimizer_.zero_grad(); }
+void DistributedOptimizer::zero_grad() {
+  const bool reducing =
+      std::any_of(params_.begin(), params_.end(), [](const auto& p) { return p->submitted; });
+  if (!reducing) {
+    // Nothing communicated yet (or already synchronized): the passes counted so far are
+    // dropped with their gradients, so the next step accumulates all of its passes.
+    for (auto& p : params_) p->passes = 0;
+    optimizer_.zero_grad();
+    return;
+  }
+  // backward() without step(): a skipped step. The allreduces already submitted cannot be
+  // withdrawn (the other ranks take part in them), so this one finishes the step's
+  // communication as synchronize() does, submitting what is left so that a rank that
+  // does step() is not left waiting for it, and throws the results away with the
+  // gradients. Horovod raises here instead; discarding lets the usual "skip a bad batch"
+  // loop run unchanged.
+  try {
+    synchronize();
+  } catch (const Error& e) {
+    optimizer_.zero_grad();
+    synchronized_ = false;
+    throw Error(e.code(),
+                std::string("DistributedOptimizer::zero_grad() after backward() without step(): "
+                            "discarding this step's gradients, a reduction failed (the "
+                            "gradients are zeroed and the next step starts clean): ") +
+                    e.what());
+  }
+  optimizer_.zero_grad();
+  synchronized_ = false;  // nothing reduced is left: the next step() reduces what it finds
+}
 
 std::vector<Handle::Times> DistributedOptimizer::last_times() const { return last_times_; }
 

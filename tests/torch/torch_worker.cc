@@ -316,6 +316,124 @@ void check_mismatched_shapes() {
   }
 }
 
+// One SGD step of the single-process reference on the global batch of step `s` (the mean
+// of the ranks' losses; rank 0's includes the 'unused' parameter).
+void reference_step(Net& ref, torch::optim::Optimizer& ref_opt, int s, int per_rank) {
+  const int n = kolo::size();
+  auto [x, y] = global_batch(s, n, per_rank);
+  ref_opt.zero_grad();
+  torch::Tensor total = torch::zeros({}, torch::kDouble);
+  for (int r = 0; r < n; ++r) {
+    auto rx = x.narrow(0, r * per_rank, per_rank), ry = y.narrow(0, r * per_rank, per_rank);
+    total = total + torch::mse_loss(ref->forward(rx, r == 0), ry);
+  }
+  (total / n).backward();
+  ref_opt.step();
+}
+
+void check_skipped_steps() {
+  // pytorch/examples' way of skipping a batch (say its loss is NaN): backward(), then
+  // zero_grad() without step(), on every rank. The step's allreduces are discarded, the
+  // next step runs normally, and training ends where a reference that never saw the
+  // skipped batches ends. With two passes per step, step 1 skips after one pass (nothing
+  // sent yet) and step 2 after both (everything sent). 'unused' gets a gradient on rank 0
+  // only, so the other ranks must still submit it when they skip.
+  const int rank = kolo::rank(), per_rank = 6;
+  for (int passes : {1, 2}) {
+    const std::string prefix = "skip" + std::to_string(passes) + ".";
+    Net net = make_net(1), ref = make_net(1);
+    const auto options = torch::optim::SGDOptions(0.1).momentum(0.9);
+    torch::optim::SGD opt(net->parameters(), options), ref_opt(ref->parameters(), options);
+    DistributedOptimizer dopt(opt, net->named_parameters(),
+                              {.backward_passes_per_step = passes, .name_prefix = prefix});
+    for (int s = 0; s < 5; ++s) {
+      const bool skip = s == 1 || s == 2;  // two in a row
+      const int run_passes = skip && s == 1 ? 1 : passes;
+      auto [x, y] = global_batch(s, kolo::size(), per_rank);
+      dopt.zero_grad();
+      const int micro = per_rank / passes;
+      for (int p = 0; p < run_passes; ++p) {
+        auto px = x.narrow(0, rank * per_rank + p * micro, micro),
+             py = y.narrow(0, rank * per_rank + p * micro, micro);
+        (torch::mse_loss(net->forward(px, rank == 0), py) / passes).backward();
+      }
+      if (skip) {
+        dopt.zero_grad();
+        for (const auto& item : net->named_parameters()) {
+          const torch::Tensor& g = item.value().grad();
+          expect(!g.defined() || g.abs().max().item<double>() == 0,
+                 "step " + std::to_string(s) + ": zero_grad() left a gradient in " + item.key());
+        }
+        continue;
+      }
+      dopt.step();
+      reference_step(ref, ref_opt, s, per_rank);
+    }
+    auto a = net->named_parameters();
+    for (const auto& item : ref->named_parameters()) {
+      expect_close(a[item.key()], item.value(), 1e-10, 1e-12, prefix + " parameter " + item.key());
+    }
+  }
+}
+
+void check_skip_on_one_rank() {
+  // A user error, documented: only the last rank skips step 1. Its allreduces still
+  // complete (nobody hangs), the other ranks' step uses them (their parameters are the
+  // reference's, which averaged every rank's gradient), the skipping rank did not update,
+  // and the next step runs on every rank without an error.
+  const int n = kolo::size(), rank = kolo::rank(), per_rank = 6;
+  const bool skipper = rank == n - 1;
+  Net net = make_net(1), ref = make_net(1);
+  torch::optim::SGD opt(net->parameters(), 0.1), ref_opt(ref->parameters(), 0.1);
+  DistributedOptimizer dopt(opt, net->named_parameters(), {.name_prefix = "skipone."});
+  for (int s = 0; s < 2; ++s) {
+    auto [x, y] = global_batch(s, n, per_rank);
+    dopt.zero_grad();
+    auto mx = x.narrow(0, rank * per_rank, per_rank), my = y.narrow(0, rank * per_rank, per_rank);
+    torch::mse_loss(net->forward(mx, rank == 0), my).backward();
+    reference_step(ref, ref_opt, s, per_rank);
+    if (s == 1 && skipper) {
+      const torch::Tensor before = net->fc1->weight.detach().clone();
+      dopt.zero_grad();
+      expect(torch::equal(net->fc1->weight.detach(), before), "the skipping rank updated");
+      continue;
+    }
+    dopt.step();
+    if (s == 1) {
+      auto a = net->named_parameters();
+      for (const auto& item : ref->named_parameters()) {
+        expect_close(a[item.key()], item.value(), 1e-10, 1e-12, "stepping rank's " + item.key());
+      }
+    }
+  }
+  dopt.zero_grad();
+  torch::mse_loss(net->forward(torch::ones({2, 8}, torch::kDouble)),
+                  torch::zeros({2, 4}, torch::kDouble))
+      .backward();
+  dopt.step();
+}
+
+void check_skip_with_failed_reduction() {
+  // Skipping a step whose reduction fails (a shape that differs between ranks): zero_grad()
+  // says so on every rank, naming the tensor and itself; it still zeroes and resets, so
+  // the same happens again next time (not "got a gradient after its allreduce started").
+  const int rank = kolo::rank();
+  auto a = torch::randn({3}, torch::kDouble).requires_grad_();
+  auto b = torch::randn({rank == 1 ? 5 : 4}, torch::kDouble).requires_grad_();
+  kolo::NamedTensors named;
+  named.insert("a", a);
+  named.insert("b", b);
+  torch::optim::SGD opt(std::vector<torch::Tensor>{a, b}, 0.1);
+  DistributedOptimizer dopt(opt, named, {.name_prefix = "skipfail."});
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    (a.sum() + b.pow(2).sum()).backward();
+    expect_error([&] { dopt.zero_grad(); }, "zero_grad() after backward() without step()",
+                 "Mismatched shapes", "skipfail.b");
+    expect(!a.grad().defined() || a.grad().abs().max().item<double>() == 0,
+           "a failed zero_grad() left a gradient");
+  }
+}
+
 void check_broadcasts() {
   const int rank = kolo::rank();
   Net net = make_net(100 + rank);  // different on every rank
@@ -606,6 +724,9 @@ int main() {
   if (kolo::size() > 1) run("overlap", check_overlap);  // one worker sends nothing
   run("in_place_and_extra_backward", check_in_place_and_extra_backward);
   if (kolo::size() > 1) run("mismatched_shapes", check_mismatched_shapes);
+  run("skipped_steps", check_skipped_steps);
+  if (kolo::size() > 1) run("skip_on_one_rank", check_skip_on_one_rank);
+  if (kolo::size() > 1) run("skip_with_failed_reduction", check_skip_with_failed_reduction);
   run("broadcasts", check_broadcasts);
   run("autograd", check_autograd);
   run("tensor_ops", check_tensor_ops);

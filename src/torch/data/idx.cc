@@ -6,6 +6,8 @@
 // Layout: 4-byte big-endian magic (0, 0, element type 0x08, number of dims), one 4-byte
 // big-endian size per dim, then the elements in row-major order. The whole file is
 // decompressed first so that its length can be checked against the header.
+// load_idx_dataset also checks that an images file and a labels file belong together
+// (one label per image, every label a class of the model).
 #include <zlib.h>
 
 #include <cerrno>
@@ -143,6 +145,38 @@ torch::Tensor load_idx_images(const std::string& path) {
 
 torch::Tensor load_idx_labels(const std::string& path) {
   return load_u8(path, kLabelsMagic, "labels").to(torch::kInt64);
+}
+
+IdxDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
+                            std::int64_t num_classes) {
+  if (num_classes < 1 || num_classes > 256) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "load_idx_dataset: num_classes must be 1..256 (IDX labels are bytes), got " +
+                    std::to_string(num_classes));
+  }
+  IdxDataset d{load_idx_images(images_path), load_idx_labels(labels_path)};
+  const std::int64_t images = d.images.size(0), labels = d.labels.size(0);
+  if (images != labels) {
+    // Training on the first min(images, labels) would go on silently with the wrong data.
+    throw Error(ErrorCode::kInvalidArgument,
+                "IDX files " + images_path + " (" + std::to_string(images) + " images) and " +
+                    labels_path + " (" + std::to_string(labels) +
+                    " labels) do not match: every image needs exactly one label; check that "
+                    "both files are complete and of the same split (train or t10k)");
+  }
+  const torch::Tensor bad = d.labels.ge(num_classes);
+  const std::int64_t bad_count = bad.sum().item<std::int64_t>();
+  if (bad_count > 0) {
+    const std::int64_t first = bad.nonzero()[0][0].item<std::int64_t>();
+    throw Error(ErrorCode::kInvalidArgument,
+                "IDX file " + labels_path + ": label " +
+                    std::to_string(d.labels[first].item<std::int64_t>()) + " at index " +
+                    std::to_string(first) + " is not a class of " + std::to_string(num_classes) +
+                    " (labels must be 0.." + std::to_string(num_classes - 1) + "; " +
+                    std::to_string(bad_count) + " of " + std::to_string(labels) +
+                    " labels are out of range); is this the labels file of another dataset?");
+  }
+  return d;
 }
 
 }  // namespace kolo

@@ -167,6 +167,36 @@ TEST_F(IdxTest, TrailingDataAndHugeDims) {
   expect_error([&] { load_idx_images(huge); }, huge, "more than the file holds");
 }
 
+TEST_F(IdxTest, DatasetPairLoads) {
+  const auto images =
+      write("img.gz", idx_bytes(0x803, {3, 2, 2}, std::vector<std::uint8_t>(12)), true);
+  const auto labels = write("lbl.gz", idx_bytes(0x801, {3}, {9, 0, 3}), true);
+  const IdxDataset d = load_idx_dataset(images, labels, 10);
+  EXPECT_EQ(d.images.sizes(), (std::vector<std::int64_t>{3, 1, 2, 2}));
+  EXPECT_TRUE(torch::equal(d.labels, torch::tensor({9, 0, 3}, torch::kInt64)));
+  const auto none = write("none", idx_bytes(0x803, {0, 2, 2}, {}), false);
+  const auto no_labels = write("no_labels", idx_bytes(0x801, {0}, {}), false);
+  EXPECT_EQ(load_idx_dataset(none, no_labels, 10).labels.size(0), 0);  // empty is the caller's call
+}
+
+TEST_F(IdxTest, DatasetWithFewerLabelsThanImagesNamesBothFilesAndCounts) {
+  // 6 images, 2 labels: used to train on the first 2 images without a word.
+  const auto images = write("img", idx_bytes(0x803, {6, 1, 1}, {1, 2, 3, 4, 5, 6}), false);
+  const auto labels = write("lbl", idx_bytes(0x801, {2}, {1, 2}), false);
+  expect_error([&] { load_idx_dataset(images, labels, 10); }, images, "(6 images)");
+  expect_error([&] { load_idx_dataset(images, labels, 10); }, labels, "(2 labels) do not match");
+  expect_error([&] { load_idx_dataset(images, labels, 10); }, labels, "same split");
+}
+
+TEST_F(IdxTest, DatasetLabelOutOfRangeNamesValueAndIndex) {
+  const auto images = write("img", idx_bytes(0x803, {4, 1, 1}, {1, 2, 3, 4}), false);
+  const auto labels = write("lbl", idx_bytes(0x801, {4}, {9, 0, 200, 10}), false);
+  expect_error([&] { load_idx_dataset(images, labels, 10); }, labels,
+               "label 200 at index 2 is not a class of 10 (labels must be 0..9; 2 of 4 labels");
+  EXPECT_NO_THROW(load_idx_dataset(images, labels, 201));
+  expect_error([&] { load_idx_dataset(images, labels, 0); }, "load_idx_dataset", "num_classes");
+}
+
 TEST_F(IdxTest, MissingFileMentionsTheDebianPackage) {
   const std::string path = (dir_ / "nope-images-idx3-ubyte.gz").string();
   expect_error([&] { load_idx_images(path); }, path, "/usr/share/datasets/fashion-mnist");
