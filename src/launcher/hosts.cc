@@ -26,15 +26,19 @@ bool parse_slots(const std::string& text, int* out) {
 }
 
 // Host names go to mpirun (and from there to ssh) unquoted, so keep to the characters
-// of DNS names and IPv4 addresses.
-bool valid_host_name(const std::string& host) {
-  if (host.empty()) return false;
-  for (char c : host) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '-' || c == '_';
-    if (!ok) return false;
+// of DNS names and IPv4 addresses; a name that starts with '-' would be read as an
+// option ("-oProxyCommand=..." runs a command). Returns "" for a good name, else why not.
+std::string host_name_error(const std::string& host) {
+  if (!host.empty() && host[0] == '-') {
+    return "'" + host + "' is not a host name: it starts with '-', which mpirun and ssh " +
+           "would read as an option";
   }
-  return true;
+  bool ok = !host.empty();
+  for (char c : host) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '-' || c == '_');
+  }
+  return ok ? "" : "'" + host + "' is not a host name (letters, digits, '.', '-', '_')";
 }
 
 void add_host(std::vector<HostSlots>* hosts, const std::string& host, int slots) {
@@ -77,9 +81,8 @@ Status parse_host_list(const std::string& text, std::vector<HostSlots>* out) {
                                "': slots must be a whole number >= 1 after ':'");
       }
     }
-    if (!valid_host_name(host)) {
-      return InvalidArgument("host list entry '" + entry + "': '" + host +
-                             "' is not a host name (letters, digits, '.', '-', '_')");
+    if (const std::string why = host_name_error(host); !why.empty()) {
+      return InvalidArgument("host list entry '" + entry + "': " + why);
     }
     add_host(&hosts, host, slots);
   }
@@ -103,9 +106,8 @@ Status parse_hostfile(const std::string& text, const std::string& source,
     std::stringstream words(line);
     std::string host, word;
     if (!(words >> host)) continue;
-    if (!valid_host_name(host)) {
-      return InvalidArgument(where + "'" + host +
-                             "' is not a host name (letters, digits, '.', '-', '_')");
+    if (const std::string why = host_name_error(host); !why.empty()) {
+      return InvalidArgument(where + why);
     }
     int slots = 1;
     bool have_slots = false;

@@ -35,7 +35,11 @@ TEST(HostList, RejectsBadInputWithTheEntry) {
        {Case{"", "empty host list"}, Case{"a:2,,b", "empty entry"}, Case{"a:2,", "empty entry"},
         Case{"a:0", "'a:0': slots must be"}, Case{"a:x", "'a:x': slots must be"},
         Case{"a:", "'a:': slots must be"}, Case{":2", "'' is not a host name"},
-        Case{"a b:2", "'a b' is not a host name"}}) {
+        Case{"a b:2", "'a b' is not a host name"},
+        // mpirun and ssh would take these for options.
+        Case{"-x:2", "'-x' is not a host name: it starts with '-'"},
+        Case{"a:1,-oProxyCommand=x", "'-oProxyCommand=x' is not a host name: it starts with '-'"},
+        Case{"--host", "'--host' is not a host name: it starts with '-'"}}) {
     Status s = parse_host_list(c.text, &hosts);
     ASSERT_FALSE(s.ok()) << c.text;
     EXPECT_NE(s.message().find(c.message_part), std::string::npos)
@@ -68,6 +72,9 @@ TEST(Hostfile, ErrorsNameTheFileAndLine) {
            Case{"a slots=1 slots=2\n", "hosts.txt:1: slots= given twice"},
            Case{"b@c slots=1\n", "hosts.txt:1: 'b@c' is not a host name"},
            Case{"# nothing\n\n", "hosts.txt: no hosts listed"},
+           Case{"a\n-oProxyCommand slots=2\n",
+                "hosts.txt:2: '-oProxyCommand' is not a host name: it starts with '-'"},
+           Case{"-x\n", "hosts.txt:1: '-x' is not a host name: it starts with '-'"},
        }) {
     Status s = parse_hostfile(c.text, "hosts.txt", &hosts);
     ASSERT_FALSE(s.ok()) << c.text;
