@@ -1,9 +1,11 @@
 // Host list and hostfile parsing for kolorun (see hosts.h).
 #include "launcher/hosts.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 namespace kolo::launcher {
@@ -102,6 +104,10 @@ Status parse_hostfile(const std::string& text, const std::string& source,
   while (std::getline(lines, line)) {
     ++number;
     const std::string where = source + ":" + std::to_string(number) + ": ";
+    if (line.size() > kMaxHostfileLine) {
+      return InvalidArgument(where + "line is longer than " + std::to_string(kMaxHostfileLine) +
+                             " bytes; is " + source + " a hostfile?");
+    }
     if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::stringstream words(line);
     std::string host, word;
@@ -130,14 +136,31 @@ Status parse_hostfile(const std::string& text, const std::string& source,
 }
 
 Status read_hostfile(const std::string& path, std::vector<HostSlots>* out) {
-  std::ifstream in(path);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return InvalidArgument("cannot read hostfile " + path + ": " + std::strerror(errno));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return InvalidArgument("cannot read hostfile " + path);
-  return parse_hostfile(text.str(), path, out);
+  // Read at most one byte past the limit: enough to know the file is too large, and a
+  // device such as /dev/zero cannot make kolorun read (and keep) without bound.
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxHostfileBytes) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return InvalidArgument("cannot read hostfile " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (text.size() > kMaxHostfileBytes) {
+    return InvalidArgument("hostfile " + path + " is larger than " +
+                           std::to_string(kMaxHostfileBytes) + " bytes; is it the right file?");
+  }
+  return parse_hostfile(text, path, out);
 }
 
 int total_slots(const std::vector<HostSlots>& hosts) {

@@ -99,5 +99,22 @@ TEST(Hostfile, ReadsFromDiskAndReportsMissingFiles) {
   EXPECT_NE(s.message().find("No such file"), std::string::npos) << s.message();
 }
 
+TEST(Hostfile, RefusesWhatIsTooLargeToBeAHostfile) {
+  Hosts hosts;
+  // A device that never ends: refused after reading just past the limit, not read forever.
+  Status s = read_hostfile("/dev/zero", &hosts);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hostfile /dev/zero is larger than 1048576 bytes"), std::string::npos)
+      << s.message();
+
+  s = parse_hostfile("a\n" + std::string(5000, 'b') + "\n", "hosts.txt", &hosts);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hosts.txt:2: line is longer than 4096 bytes"), std::string::npos)
+      << s.message();
+  // A long comment is a long line too; a line at the limit is fine.
+  EXPECT_TRUE(parse_hostfile("a slots=2 #" + std::string(4000, 'x') + "\n", "h", &hosts).ok());
+  EXPECT_EQ(hosts, (Hosts{{"a", 2}}));
+}
+
 }  // namespace
 }  // namespace kolo::launcher
