@@ -2,6 +2,7 @@
 //
 // Each test bounds its run time (RunKolorun kills kolorun past its limit and the test
 // fails). Failure paths use a short --grace-seconds so that the suite stays fast.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -119,6 +120,43 @@ TEST(Kolorun, ProcessesAWorkerLeavesBehindEndWithIt) {
     std::remove((pids + std::to_string(rank)).c_str());
   }
   ::rmdir(dir);
+}
+
+// Pids of the processes whose command line is exactly `argv` (from /proc/*/cmdline).
+std::vector<pid_t> processes_running(const std::vector<std::string>& argv) {
+  std::string want;
+  for (const auto& a : argv) want += a + '\0';
+  std::vector<pid_t> pids;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return pids;
+  while (const dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::stringstream cmdline;
+    cmdline << f.rdbuf();
+    if (cmdline.str() == want) pids.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+// A daemon the program starts with setsid() leaves the worker's process group; it still
+// ends with the job (the shim is its sub-reaper). The sleep's argument is unique to this
+// test run, so that the check finds only these processes.
+TEST(Kolorun, ADaemonTheProgramStartsDoesNotOutliveTheJob) {
+  const std::string seconds = "301." + std::to_string(::getpid());
+  RunResult r = run_kolorun({"-np", "2", "sh", "-c", "setsid sleep " + seconds + " & exit 0"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::vector<pid_t> left = processes_running({"sleep", seconds});
+  for (int i = 0; i < 20 && !left.empty(); ++i) {  // kolorun is gone; allow 2 s
+    ::usleep(100000);
+    left = processes_running({"sleep", seconds});
+  }
+  for (pid_t pid : left) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(left.empty()) << left.size() << " 'sleep " << seconds << "' outlived the job";
 }
 
 TEST(Kolorun, AFailingWorkerStopsTheOthersAfterTheGracePeriod) {
