@@ -265,6 +265,11 @@ int run_shim(const ShimOptions& options) {
       output.service(fds, to_stdout, to_stderr);
       for (const auto& e : read_signal_events(signal_fd)) {
         if (e.signal == SIGCHLD) continue;
+        // The process that started the shim (mpirun, or its orted on another host) stops
+        // it only when the job is being ended; a signal from anyone else is a cause.
+        if (!stop_requested) {
+          result.stop = e.sender == ::getppid() ? Stop::kByJob : Stop::kFromOutside;
+        }
         stop_requested = true;
         // mpirun signals the whole process group, which includes the program; passing
         // its signals on as well would deliver them twice.
@@ -273,6 +278,9 @@ int run_shim(const ShimOptions& options) {
       int status = 0;
       if (!exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
         exited = true;
+        result.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
         drain_deadline = Clock::now() + (stop_requested ? kDrainWhenStopped : kDrainAfterExit);
         if (WIFSIGNALED(status)) {
           result.signal = WTERMSIG(status);
@@ -283,7 +291,6 @@ int run_shim(const ShimOptions& options) {
     }
     output.finish(to_stdout, to_stderr);
     end_descendants(stop_requested ? Clock::duration::zero() : kLeftoverTerm);
-    result.stopped = stop_requested;
     if (stop_requested) linger = false;  // the job is already being stopped
   }
 

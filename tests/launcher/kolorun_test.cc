@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -189,6 +190,111 @@ TEST(Kolorun, AWorkerKilledBySignalIsReported) {
   EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host ")) << r.err;
   EXPECT_TRUE(contains(r.err, ") was killed by signal 9 (Killed)")) << r.err;
 }
+
+// A scratch directory for one test's files; removed with what is in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char path[] = "/tmp/kolorun_test_XXXXXX";
+    if (::mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~ScratchDir() {
+    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
+  }
+  const std::string& path() const { return path_; }
+  // The number in `name` once it exists (written with mv, so never half-written), or 0
+  // after `timeout_s`.
+  pid_t read_pid(const std::string& name, double timeout_s) const {
+    for (int i = 0; i < timeout_s * 100; ++i) {
+      std::ifstream f(path_ + "/" + name);
+      pid_t pid = 0;
+      if (f >> pid) return pid;
+      ::usleep(10000);
+    }
+    return 0;
+  }
+  void touch(const std::string& name) const { std::ofstream(path_ + "/" + name) << "\n"; }
+
+ private:
+  std::string path_;
+};
+
+// Issue 11: when rank 1 is killed, rank 0 notices and exits with status 1, and its report
+// reaches kolorun first (here rank 1's own report is held back until rank 0 has exited,
+// by a background process that keeps rank 1's output open). The cause is still rank 1.
+TEST(Kolorun, TheRankThatDiedIsBlamedNotTheSurvivorThatReportedFirst) {
+  ScratchDir dir;
+  const std::string d = dir.path();
+  const std::string script =
+      "if [ $KOLO_RANK = 1 ]; then"
+      "  ( while [ ! -e " +
+      d +
+      "/noticed ]; do sleep 0.01; done; sleep 0.3 ) &"
+      "  echo $$ > " +
+      d + "/pid.tmp && mv " + d + "/pid.tmp " + d +
+      "/pid; kill -9 $$; "
+      "fi; "
+      "while [ ! -e " +
+      d + "/pid ]; do sleep 0.01; done; p=$(cat " + d +
+      "/pid); "
+      "while kill -0 $p 2>/dev/null; do sleep 0.01; done; "
+      "echo 'rank 1 is gone' >&2; touch " +
+      d + "/noticed; exit 1";
+  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "1", "sh", "-c", script});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 137) << r.err;
+  EXPECT_TRUE(contains(r.err, "[0] rank 1 is gone")) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, ") was killed by signal 9 (Killed)")) << r.err;
+  EXPECT_FALSE(contains(r.err, "kolorun: rank 0")) << r.err;
+}
+
+// A signal from outside the job to one worker's `kolorun --worker-shim` (not to its
+// program) is that worker's failure, even though the survivors, which notice its program
+// gone (here: told by the test), exit with status 1 first, and mpirun then stops the rest.
+class KolorunShimSignal : public ::testing::TestWithParam<int> {};
+
+TEST_P(KolorunShimSignal, IsBlamedOnThatWorker) {
+  const int sig = GetParam();
+  ScratchDir dir;
+  const std::string d = dir.path();
+  const std::string script =
+      "if [ $KOLO_RANK = 1 ]; then"
+      "  echo $PPID > " +
+      d + "/shim.tmp && mv " + d + "/shim.tmp " + d +
+      "/shim; exec sleep 30; "
+      "fi; "
+      "while [ ! -e " +
+      d + "/gone ]; do sleep 0.01; done; echo 'rank 1 is gone' >&2; exit 1";
+  KolorunProcess p({"-np", "3", "--grace-seconds", "1", "sh", "-c", script});
+  const pid_t shim = dir.read_pid("shim", 20);
+  ASSERT_GT(shim, 0) << "rank 1 did not start";
+  ::kill(shim, sig);
+  dir.touch("gone");
+  RunResult r = p.wait(30);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 128 + sig) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host ")) << r.err;
+  if (sig == SIGKILL) {
+    EXPECT_TRUE(contains(r.err,
+                         ": its worker shim was killed by signal 9 (Killed) before it "
+                         "reported"))
+        << r.err;
+  } else {
+    EXPECT_TRUE(contains(r.err,
+                         ") was killed by signal 15 (Terminated) after it was stopped "
+                         "from outside the job"))
+        << r.err;
+  }
+  EXPECT_FALSE(contains(r.err, "kolorun: rank 0")) << r.err;
+  EXPECT_FALSE(contains(r.err, "kolorun: rank 2")) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, KolorunShimSignal, ::testing::Values(SIGTERM, SIGKILL),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == SIGKILL ? std::string("SIGKILL")
+                                                        : std::string("SIGTERM");
+                         });
 
 TEST(Kolorun, SigintStopsTheJob) {
   KolorunProcess p({"-np", "2", "sh", "-c", "echo ready; sleep 60"});
