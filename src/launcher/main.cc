@@ -4,6 +4,7 @@
 //
 // Not for: anything that needs testing without a process: that lives in hosts.h,
 // layout.h and mpirun_command.h.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -64,6 +65,32 @@ std::string self_exe() {
 int fail(const std::string& message) {
   std::cerr << "kolorun: " << message << "\n";
   return 2;
+}
+
+launcher::MachineLimits machine_limits() {
+  launcher::MachineLimits limits;
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    limits.open_files = static_cast<long>(rl.rlim_cur);
+    if (rl.rlim_max != RLIM_INFINITY) limits.open_files_hard = static_cast<long>(rl.rlim_max);
+  }
+  // The kernel does not hold root to RLIMIT_NPROC.
+  if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    limits.processes = static_cast<long>(rl.rlim_cur);
+  }
+  return limits;
+}
+
+// The names under which a host list may mention this machine.
+std::vector<std::string> this_host_names() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return {};
+  std::string name = buf;
+  std::vector<std::string> names = {name};
+  if (const size_t dot = name.find('.'); dot != std::string::npos) {
+    names.push_back(name.substr(0, dot));
+  }
+  return names;
 }
 
 int run_worker_shim(int argc, char** argv) {
@@ -153,6 +180,10 @@ int main(int argc, char** argv) {
     request.hosts_source = "hostfile " + hostfile;
   }
   if (Status s = launcher::validate(request); !s.ok()) return fail(s.message());
+  if (Status s = launcher::check_machine_limits(request, machine_limits(), this_host_names());
+      !s.ok()) {
+    return fail(s.message());
+  }
 
   // The shims mark their exit reports with this job's token (exported with the other
   // KOLO_* variables; the shim removes it from the program's environment).

@@ -1,6 +1,7 @@
 // Building kolorun's mpirun command line (see mpirun_command.h).
 #include "launcher/mpirun_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 
@@ -24,6 +25,49 @@ Status validate(const LaunchRequest& r) {
   }
   if (!(r.grace_seconds >= 0 && r.grace_seconds <= 86400)) {
     return InvalidArgument("--grace-seconds must be between 0 and 86400");
+  }
+  return Status::OK();
+}
+
+Status check_machine_limits(const LaunchRequest& r, const MachineLimits& limits,
+                            const std::vector<std::string>& this_host_names) {
+  const std::vector<int> per_host = fill_hosts(r.hosts, r.np);
+  long here = 0;
+  for (size_t i = 0; i < per_host.size(); ++i) {
+    const std::string host = r.hosts.empty() ? "this host" : r.hosts[i].host;
+    if (per_host[i] > kMaxWorkersPerHost) {
+      return InvalidArgument("-np " + std::to_string(r.np) + " puts " +
+                             std::to_string(per_host[i]) + " workers on " + host +
+                             "; kolorun starts at most " + std::to_string(kMaxWorkersPerHost) +
+                             " on one host: lower -np or add hosts");
+    }
+    bool local = r.hosts.empty();
+    for (const auto& name : this_host_names) local = local || host == name;
+    if (local || host == "localhost" || host.rfind("127.", 0) == 0) here += per_host[i];
+  }
+  if (here == 0) return Status::OK();
+  const std::string workers = std::to_string(here) + " worker" + (here == 1 ? "" : "s");
+  const long files = kMpirunFilesBase + kMpirunFilesPerWorker * here;
+  if (limits.open_files > 0 && files > limits.open_files) {
+    const long fit = std::max(0L, (limits.open_files - kMpirunFilesBase) / kMpirunFilesPerWorker);
+    std::string raise = "raise it (ulimit -n " + std::to_string(files);
+    if (limits.open_files_hard > 0 && limits.open_files_hard < files) {
+      raise += "; the hard limit is " + std::to_string(limits.open_files_hard) +
+               ", which only root can raise";
+    }
+    return InvalidArgument("-np " + std::to_string(r.np) + " starts " + workers +
+                           " on this host, and mpirun needs about " + std::to_string(files) +
+                           " open files for them, but the open-file limit (ulimit -n) is " +
+                           std::to_string(limits.open_files) + ", enough for " +
+                           std::to_string(fit) + ": " + raise + ") or lower -np");
+  }
+  // Each worker is at least two processes (the shim and the program), plus mpirun's own.
+  const long processes = 2 * here + 16;
+  if (limits.processes > 0 && processes > limits.processes) {
+    return InvalidArgument("-np " + std::to_string(r.np) + " starts " + workers +
+                           " on this host, at least " + std::to_string(processes) +
+                           " processes, but the process limit (ulimit -u) is " +
+                           std::to_string(limits.processes) + ": raise it or lower -np");
   }
   return Status::OK();
 }

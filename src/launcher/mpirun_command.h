@@ -25,6 +25,30 @@ struct LaunchRequest {
 // Checks what the command line alone can tell: np >= 1, a program, enough slots.
 Status validate(const LaunchRequest& request);
 
+// What this machine lets one user start (from getrlimit); 0 = no limit to check.
+struct MachineLimits {
+  long open_files = 0;  // RLIMIT_NOFILE, soft
+  long open_files_hard = 0;
+  long processes = 0;  // RLIMIT_NPROC, soft (not enforced for root: leave 0)
+};
+
+// Workers kolorun starts on one host at most: mpirun (or orted) keeps pipes and a process
+// table entry for each, and thousands of processes on one host are a typo, not a job.
+inline constexpr int kMaxWorkersPerHost = 4096;
+// mpirun holds about 4 descriptors per worker it starts on its own host (the worker's
+// stdin, stdout and stderr pipes and an exec-status pipe; measured with OpenMPI 4.1:
+// ulimit -n 400 starts 96 workers and fails at 100), plus its own.
+inline constexpr int kMpirunFilesPerWorker = 4;
+inline constexpr int kMpirunFilesBase = 64;
+
+// Refuses what this machine cannot start, before mpirun is run: more than
+// kMaxWorkersPerHost on any host, or on this host (all of a one-host job; of a host list,
+// the hosts named in `this_host_names`) more workers than the open-file or process limits
+// allow. OpenMPI 4.1's mpirun does not fail at those limits: it hangs for good after
+// "The system limit on number of pipes a process can open was reached".
+Status check_machine_limits(const LaunchRequest& request, const MachineLimits& limits,
+                            const std::vector<std::string>& this_host_names);
+
 struct MpirunInputs {
   bool as_root = false;                    // geteuid() == 0: mpirun refuses root without a flag
   std::string self_exe;                    // absolute path of kolorun (/proc/self/exe)

@@ -128,6 +128,54 @@ TEST(Validate, ChecksWorkersProgramAndSlots) {
       << s.message();
 }
 
+TEST(MachineLimits, RefusesMoreWorkersThanThisHostCanStart) {
+  MachineLimits limits;
+  limits.open_files = 20000;
+  limits.open_files_hard = 20000;
+  EXPECT_TRUE(check_machine_limits(request(64), limits, {}).ok());
+  EXPECT_TRUE(check_machine_limits(request(4096), limits, {}).ok());  // 16448 files
+
+  // The cap, on any host.
+  Status s = check_machine_limits(request(100000), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("-np 100000 puts 100000 workers on this host; kolorun starts at "
+                             "most 4096 on one host"),
+            std::string::npos)
+      << s.message();
+  s = check_machine_limits(request(5000, {{"a", 100}, {"b", 4900}}), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("puts 4900 workers on b;"), std::string::npos) << s.message();
+
+  // The open-file limit, for the workers on this host only.
+  limits.open_files = 256;
+  limits.open_files_hard = 1024;
+  s = check_machine_limits(request(60), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("-np 60 starts 60 workers on this host, and mpirun needs about 304 "
+                             "open files for them, but the open-file limit (ulimit -n) is 256, "
+                             "enough for 48: raise it (ulimit -n 304) or lower -np"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(check_machine_limits(request(48), limits, {}).ok());
+  EXPECT_FALSE(check_machine_limits(request(60, {{"localhost", 60}}), limits, {}).ok());
+  EXPECT_FALSE(check_machine_limits(request(60, {{"node1", 60}}), limits, {"node1"}).ok());
+  EXPECT_TRUE(check_machine_limits(request(60, {{"node2", 60}}), limits, {"node1"}).ok());
+  limits.open_files_hard = 300;
+  s = check_machine_limits(request(60), limits, {});
+  EXPECT_NE(s.message().find("the hard limit is 300, which only root can raise"), std::string::npos)
+      << s.message();
+
+  // The process limit.
+  limits = MachineLimits{};
+  limits.processes = 100;
+  s = check_machine_limits(request(60), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("at least 136 processes, but the process limit (ulimit -u) is 100"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(check_machine_limits(request(42), limits, {}).ok());
+}
+
 TEST(ShellJoin, QuotesWhatTheShellWouldSplit) {
   EXPECT_EQ(shell_join({"mpirun", "-np", "2", "sh", "-c", "echo $KOLO_RANK", "it's", ""}),
             "mpirun -np 2 sh -c 'echo $KOLO_RANK' 'it'\\''s' ''");

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -344,6 +345,30 @@ TEST(Kolorun, MoreWorkersThanSlotsIsAClearError) {
   RunResult r = run_kolorun({"-np", "3", "-H", "localhost:2", "true"});
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "-np 3 needs 3 slots but -H localhost:2 has 2")) << r.err;
+}
+
+// mpirun does not fail when it runs out of descriptors for its workers' pipes: it hangs
+// for good. kolorun refuses such a job up front, saying which limit and what to do.
+TEST(Kolorun, RefusesMoreWorkersThanTheOpenFileLimitAllows) {
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  struct rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);  // kolorun inherits it
+  RunResult r = run_kolorun({"-np", "60", "true"}, 20);
+  // Under the low limit too, so that without the check mpirun would stop after a few
+  // dozen workers instead of starting thousands.
+  RunResult huge = run_kolorun({"-np", "100000", "true"}, 20);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "the open-file limit (ulimit -n) is 256")) << r.err;
+  EXPECT_TRUE(contains(r.err, "lower -np")) << r.err;
+
+  r = huge;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun starts at most 4096 on one host")) << r.err;
 }
 
 TEST(Kolorun, DryRunPrintsTheMpirunCommandWithTheHosts) {
