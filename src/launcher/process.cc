@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 namespace kolo::launcher {
 namespace {
@@ -125,6 +127,55 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   out->out_fd = out_pipe[0];
   out->err_fd = err_pipe[0];
   return Status::OK();
+}
+
+pid_t start_guard(pid_t target, double kill_after_seconds) {
+  const pid_t parent = ::getpid();
+  // Blocked before fork, so that the guard cannot miss the SIGTERM it waits for.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &old);
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    return pid < 0 ? -1 : pid;
+  }
+  // Guard: only async-signal-safe calls. It holds none of our descriptors (the read ends
+  // of mpirun's pipes must close when we die, so that mpirun's writes fail instead of
+  // filling them).
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
+#endif
+  {
+    const long max_fd = ::sysconf(_SC_OPEN_MAX);
+    for (long fd = 3; fd < (max_fd > 0 ? max_fd : 1024); ++fd) ::close(static_cast<int>(fd));
+  }
+  if (::getppid() == parent) {
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    int sig = 0;
+    while (::sigwait(&term, &sig) != 0) {
+    }
+  }
+  ::kill(target, SIGTERM);
+  const long polls = static_cast<long>(kill_after_seconds * 10);
+  for (long i = 0; i < polls && ::kill(target, 0) == 0; ++i) {
+    struct timespec tenth = {0, 100 * 1000 * 1000};
+    ::nanosleep(&tenth, nullptr);
+  }
+  ::kill(-target, SIGKILL);
+  ::_exit(0);
+}
+
+void end_guard(pid_t guard) {
+  if (guard <= 0) return;
+  ::kill(guard, SIGKILL);
+  int status = 0;
+  while (::waitpid(guard, &status, 0) < 0 && errno == EINTR) {
+  }
 }
 
 int shell_status(int wait_status) {

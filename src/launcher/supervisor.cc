@@ -120,6 +120,9 @@ int Job::run() {
         "openmpi-bin (apt-get install openmpi-bin) or put mpirun on PATH");
     return 127;
   }
+  // If kolorun is killed, PR_SET_PDEATHSIG sends mpirun SIGTERM; the guard makes sure
+  // that it is gone 5 s later even if it ignored that.
+  const pid_t guard = start_guard(mpirun_.pid, o_.kill_after_seconds);
   OutputReader output(mpirun_.out_fd, mpirun_.err_fd);
   auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
   auto to_stderr = [this](std::string_view line) { on_stderr_line(line); };
@@ -144,6 +147,7 @@ int Job::run() {
     on_deadlines();
   }
   output.finish(to_stdout, to_stderr);
+  end_guard(guard);
   return exit_status();
 }
 

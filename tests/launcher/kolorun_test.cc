@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -309,6 +310,38 @@ TEST(Kolorun, SigintStopsTheJob) {
   EXPECT_EQ(r.status, 130) << r.err;
   EXPECT_LT(stop_s, 8) << r.err;
   EXPECT_TRUE(contains(r.err, "kolorun: received SIGINT")) << r.err;
+}
+
+// A killed kolorun takes mpirun with it, even an mpirun that ignores the SIGTERM it then
+// gets (OpenMPI's does when it is stuck, e.g. out of pipes). Here "mpirun" is a script
+// first on PATH that ignores SIGTERM.
+TEST(Kolorun, AKilledKolorunLeavesNoMpirunBehind) {
+  ScratchDir dir;
+  const std::string d = dir.path();
+  {
+    std::ofstream f(d + "/mpirun");
+    // It shows itself 0.3 s after it starts: kolorun starts its guard right after
+    // mpirun, and a kill within those microseconds is not what this test is about.
+    f << "#!/bin/sh\ntrap '' TERM\nsleep 0.3\necho $$ > " << d << "/pid.tmp && mv " << d
+      << "/pid.tmp " << d << "/pid\nwhile :; do sleep 0.1; done\n";
+  }
+  ASSERT_EQ(::chmod((d + "/mpirun").c_str(), 0755), 0);
+  const char* path = std::getenv("PATH");
+  KolorunProcess p({"-np", "2", "true"}, {{"PATH", d + ":" + (path ? path : "/usr/bin:/bin")}});
+  const pid_t mpirun = dir.read_pid("pid", 20);
+  ASSERT_GT(mpirun, 0) << "the stand-in mpirun did not start";
+  ::kill(p.pid(), SIGKILL);
+  p.wait(10);
+  bool gone = false;
+  for (int i = 0; i < 150 && !gone; ++i) {  // the guard waits 5 s after its SIGTERM
+    // Gone, or a zombie that init has yet to reap.
+    std::ifstream stat("/proc/" + std::to_string(mpirun) + "/stat");
+    std::string pid_field, comm, state;
+    gone = !(stat >> pid_field >> comm >> state) || state == "Z";
+    if (!gone) ::usleep(100000);
+  }
+  if (!gone) ::kill(mpirun, SIGKILL);
+  EXPECT_TRUE(gone) << "mpirun (pid " << mpirun << ") outlived the killed kolorun";
 }
 
 TEST(Kolorun, HelpListsEveryVariableWithItsDefault) {
