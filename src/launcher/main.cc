@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -193,6 +194,14 @@ int main(int argc, char** argv) {
   inputs.as_root = ::geteuid() == 0;
   inputs.self_exe = self_exe();
   inputs.env = kolo::core::process_env();
+  // OpenMPI's shared-memory segments go to a directory of this job's own (removed at the
+  // end, even if mpirun is killed), unless the user chose a place; not for a dry run,
+  // which starts nothing.
+  if (!dry_run && launcher::runs_on_this_host_only(request, this_host_names()) &&
+      inputs.env.count("OMPI_MCA_btl_vader_backing_directory") == 0) {
+    char dir[] = "/dev/shm/kolo.XXXXXX";
+    if (::mkdtemp(dir) != nullptr) inputs.shm_dir = dir;  // mode 0700
+  }
   const std::vector<std::string> command = launcher::mpirun_argv(request, inputs);
   if (dry_run) {
     std::cout << launcher::shell_join(command) << std::endl;
@@ -204,5 +213,6 @@ int main(int argc, char** argv) {
   supervise.np = np;
   supervise.grace_seconds = grace_seconds;
   supervise.event_token = token;
+  supervise.shm_dir = inputs.shm_dir;
   return launcher::supervise(supervise);
 }

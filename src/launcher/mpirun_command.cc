@@ -29,6 +29,22 @@ Status validate(const LaunchRequest& r) {
   return Status::OK();
 }
 
+bool is_this_host(const std::string& host, const std::vector<std::string>& this_host_names) {
+  if (host == "localhost" || host.rfind("127.", 0) == 0) return true;
+  for (const auto& name : this_host_names) {
+    if (host == name) return true;
+  }
+  return false;
+}
+
+bool runs_on_this_host_only(const LaunchRequest& r,
+                            const std::vector<std::string>& this_host_names) {
+  for (const auto& h : r.hosts) {
+    if (!is_this_host(h.host, this_host_names)) return false;
+  }
+  return true;
+}
+
 Status check_machine_limits(const LaunchRequest& r, const MachineLimits& limits,
                             const std::vector<std::string>& this_host_names) {
   const std::vector<int> per_host = fill_hosts(r.hosts, r.np);
@@ -41,9 +57,7 @@ Status check_machine_limits(const LaunchRequest& r, const MachineLimits& limits,
                              "; kolorun starts at most " + std::to_string(kMaxWorkersPerHost) +
                              " on one host: lower -np or add hosts");
     }
-    bool local = r.hosts.empty();
-    for (const auto& name : this_host_names) local = local || host == name;
-    if (local || host == "localhost" || host.rfind("127.", 0) == 0) here += per_host[i];
+    if (r.hosts.empty() || is_this_host(host, this_host_names)) here += per_host[i];
   }
   if (here == 0) return Status::OK();
   const std::string workers = std::to_string(here) + " worker" + (here == 1 ? "" : "s");
@@ -109,6 +123,13 @@ std::vector<std::string> mpirun_argv(const LaunchRequest& r, const MpirunInputs&
   // process dies by a signal. The shim never exits non-zero before kolorun says so
   // (it lingers, see shim.h), so kolorun still decides when the others are stopped.
   argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
+  if (!in.shm_dir.empty()) {
+    // OpenMPI's shared-memory transport keeps one segment file per process
+    // (vader_segment.<host>.<jobid>...). They are unlinked when the job ends normally but
+    // left in /dev/shm when mpirun is killed; in a directory of this job's own kolorun
+    // removes them whatever happened, and never touches another job's.
+    argv.insert(argv.end(), {"--mca", "btl_vader_backing_directory", in.shm_dir});
+  }
   for (const auto& name : exported_variables(in.env)) argv.insert(argv.end(), {"-x", name});
   argv.insert(argv.end(),
               {"-x", std::string(kHostSlotsVar) + "=" + format_layout(fill_hosts(r.hosts, r.np))});

@@ -49,10 +49,20 @@ inline constexpr int kMpirunFilesBase = 64;
 Status check_machine_limits(const LaunchRequest& request, const MachineLimits& limits,
                             const std::vector<std::string>& this_host_names);
 
+// Whether `host` names this machine: localhost, 127.*, or one of `this_host_names`.
+bool is_this_host(const std::string& host, const std::vector<std::string>& this_host_names);
+// Whether every worker of the job runs on this machine (no host list, or only this host).
+bool runs_on_this_host_only(const LaunchRequest& request,
+                            const std::vector<std::string>& this_host_names);
+
 struct MpirunInputs {
   bool as_root = false;                    // geteuid() == 0: mpirun refuses root without a flag
   std::string self_exe;                    // absolute path of kolorun (/proc/self/exe)
   std::map<std::string, std::string> env;  // kolorun's environment
+  // A private directory (mode 0700) for OpenMPI's shared-memory segments, removed by
+  // kolorun when the job ends; "" = OpenMPI's default (/dev/shm). One-host jobs only: the
+  // directory exists on this host alone.
+  std::string shm_dir;
 };
 
 // How long a shim whose program failed waits for kolorun to stop the job before it

@@ -68,6 +68,22 @@ TEST(MpirunCommand, SingleHost) {
   EXPECT_EQ(argv, want);
 }
 
+TEST(MpirunCommand, SharedMemorySegmentsGoToTheJobsOwnDirectory) {
+  EXPECT_FALSE(has(mpirun_argv(request(2), inputs()), "btl_vader_backing_directory"));
+  MpirunInputs in = inputs();
+  in.shm_dir = "/dev/shm/kolo.abc123";
+  EXPECT_EQ(after(mpirun_argv(request(2), in), "btl_vader_backing_directory"),
+            "/dev/shm/kolo.abc123");
+}
+
+TEST(MpirunCommand, KnowsWhichJobsRunOnThisHostOnly) {
+  EXPECT_TRUE(runs_on_this_host_only(request(2), {"node1"}));
+  EXPECT_TRUE(runs_on_this_host_only(request(2, {{"localhost", 2}}), {"node1"}));
+  EXPECT_TRUE(runs_on_this_host_only(request(2, {{"127.0.0.1", 2}}), {"node1"}));
+  EXPECT_TRUE(runs_on_this_host_only(request(2, {{"node1", 1}, {"localhost", 1}}), {"node1"}));
+  EXPECT_FALSE(runs_on_this_host_only(request(2, {{"node1", 1}, {"node2", 1}}), {"node1"}));
+}
+
 TEST(MpirunCommand, RootNeedsAllowRunAsRoot) {
   EXPECT_FALSE(has(mpirun_argv(request(2), inputs(false)), "--allow-run-as-root"));
   const auto argv = mpirun_argv(request(2), inputs(true));

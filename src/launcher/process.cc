@@ -1,6 +1,7 @@
 // Child processes with piped output, and signals delivered through a pipe (see process.h).
 #include "launcher/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -129,7 +130,7 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   return Status::OK();
 }
 
-pid_t start_guard(pid_t target, double kill_after_seconds) {
+pid_t start_guard(pid_t target, double kill_after_seconds, const std::string& cleanup_dir) {
   const pid_t parent = ::getpid();
   // Blocked before fork, so that the guard cannot miss the SIGTERM it waits for.
   sigset_t all, old;
@@ -167,7 +168,29 @@ pid_t start_guard(pid_t target, double kill_after_seconds) {
     ::nanosleep(&tenth, nullptr);
   }
   ::kill(-target, SIGKILL);
+  if (!cleanup_dir.empty()) {
+    // The workers die with mpirun (PR_SET_PDEATHSIG); give them a moment to be gone.
+    for (int i = 0; i < 10 && ::kill(target, 0) == 0; ++i) {
+      struct timespec tenth = {0, 100 * 1000 * 1000};
+      ::nanosleep(&tenth, nullptr);
+    }
+    remove_job_dir(cleanup_dir);
+  }
   ::_exit(0);
+}
+
+void remove_job_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  // Twice: a worker that was still starting may have created a file after the first pass.
+  for (int pass = 0; pass < 2 && ::rmdir(dir.c_str()) != 0 && errno == ENOTEMPTY; ++pass) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") ::unlink((dir + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
 }
 
 void end_guard(pid_t guard) {

@@ -115,6 +115,7 @@ int Job::run() {
   spawn.parent_death_signal = SIGTERM;  // if kolorun is killed, mpirun stops the job
   spawn.stdin_from_dev_null = true;     // in its own process group, a tty read would stop it
   if (Status s = spawn_piped(o_.mpirun_argv, spawn, &mpirun_); !s.ok()) {
+    remove_job_dir(o_.shm_dir);
     say(s.message());
     say("multi-process jobs run through OpenMPI's mpirun: install the Debian package "
         "openmpi-bin (apt-get install openmpi-bin) or put mpirun on PATH");
@@ -122,7 +123,7 @@ int Job::run() {
   }
   // If kolorun is killed, PR_SET_PDEATHSIG sends mpirun SIGTERM; the guard makes sure
   // that it is gone 5 s later even if it ignored that.
-  const pid_t guard = start_guard(mpirun_.pid, o_.kill_after_seconds);
+  const pid_t guard = start_guard(mpirun_.pid, o_.kill_after_seconds, o_.shm_dir);
   OutputReader output(mpirun_.out_fd, mpirun_.err_fd);
   auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
   auto to_stderr = [this](std::string_view line) { on_stderr_line(line); };
@@ -148,6 +149,7 @@ int Job::run() {
   }
   output.finish(to_stdout, to_stderr);
   end_guard(guard);
+  remove_job_dir(o_.shm_dir);
   return exit_status();
 }
 

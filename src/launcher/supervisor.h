@@ -31,6 +31,9 @@ struct SuperviseOptions {
   // The token in the workers' exit markers (events.h; also in mpirun's environment as
   // KOLO_LAUNCHER_TOKEN).
   std::string event_token;
+  // This job's own directory for OpenMPI's shared-memory segments (MpirunInputs::shm_dir),
+  // removed when the job ends; "" = none.
+  std::string shm_dir;
 };
 
 // Runs the job; returns kolorun's exit status: 0 if every worker exited 0, else the

@@ -344,6 +344,53 @@ TEST(Kolorun, AKilledKolorunLeavesNoMpirunBehind) {
   EXPECT_TRUE(gone) << "mpirun (pid " << mpirun << ") outlived the killed kolorun";
 }
 
+// The pid of `parent`'s child whose command name is `comm`, or 0.
+pid_t child_named(pid_t parent, const std::string& comm) {
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return 0;
+  pid_t found = 0;
+  while (const dirent* e = ::readdir(proc)) {
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string pid, name, state;
+    long ppid = 0;
+    if (stat >> pid >> name >> state >> ppid && ppid == parent && name == "(" + comm + ")") {
+      found = static_cast<pid_t>(std::atol(pid.c_str()));
+    }
+  }
+  ::closedir(proc);
+  return found;
+}
+
+// OpenMPI's shared-memory segment files (vader_segment.*) are left in /dev/shm when
+// mpirun is killed; kolorun removes this job's (and only this job's: they are in a
+// directory of its own). The MPI program prints the segment files it mapped.
+TEST(Kolorun, AKilledMpirunLeavesNoSharedMemoryFiles) {
+#ifndef KOLO_MPI_IDLE
+  GTEST_SKIP() << "built without MPI";
+#else
+  KolorunProcess p({"-np", "2", KOLO_MPI_IDLE});
+  ASSERT_TRUE(p.wait_for_lines("ready", 2, 20)) << p.out();
+  std::vector<std::string> segments;
+  for (const auto& line : lines_of(p.out())) {
+    const size_t at = line.find("] segment ");
+    if (at != std::string::npos) segments.push_back(line.substr(at + 10));
+  }
+  ASSERT_FALSE(segments.empty()) << p.out();
+  for (const auto& path : segments) EXPECT_EQ(::access(path.c_str(), F_OK), 0) << path;
+  const pid_t mpirun = child_named(p.pid(), "mpirun");
+  ASSERT_GT(mpirun, 0);
+  ::kill(mpirun, SIGKILL);
+  RunResult r = p.wait(20);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_NE(r.status, 0) << r.err;
+  for (const auto& path : segments) {
+    const bool left = ::access(path.c_str(), F_OK) == 0;
+    if (left) std::remove(path.c_str());
+    EXPECT_FALSE(left) << path << " outlived the job";
+  }
+#endif
+}
+
 TEST(Kolorun, HelpListsEveryVariableWithItsDefault) {
   RunResult r = run_kolorun({"--help"});
   ASSERT_EQ(r.status, 0) << r.err;
