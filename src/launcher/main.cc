@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
   inputs.as_root = ::geteuid() == 0;
   inputs.self_exe = self_exe();
   inputs.env = kolo::core::process_env();
+  inputs.this_host_names = this_host_names();
   // OpenMPI's shared-memory segments go to a directory of this job's own (removed at the
   // end, even if mpirun is killed), unless the user chose a place; not for a dry run,
   // which starts nothing.

@@ -123,6 +123,22 @@ std::vector<std::string> mpirun_argv(const LaunchRequest& r, const MpirunInputs&
   // process dies by a signal. The shim never exits non-zero before kolorun says so
   // (it lingers, see shim.h), so kolorun still decides when the others are stopped.
   argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
+  if (runs_on_this_host_only(r, in.this_host_names)) {
+    // A one-host job needs no network. Without this, every MPI process listens on
+    // 0.0.0.0 and [::] (OpenMPI's TCP transport binds to any address whatever
+    // btl_tcp_if_include says) and the libfabric one (btl ofi) on the host's address:
+    // shared memory (vader) and self carry everything instead, under ob1 (UCX and the
+    // libfabric MTL would bring their own listeners). mpirun's own out-of-band listener
+    // still binds to any address (OpenMPI 4.1 has no setting for that); it is told to use
+    // loopback for the connections it makes. A choice the user made in OMPI_MCA_* wins.
+    if (in.env.count("OMPI_MCA_pml") == 0) argv.insert(argv.end(), {"--mca", "pml", "ob1"});
+    if (in.env.count("OMPI_MCA_btl") == 0) {
+      argv.insert(argv.end(), {"--mca", "btl", "self,vader"});
+    }
+    if (in.env.count("OMPI_MCA_oob_tcp_if_include") == 0) {
+      argv.insert(argv.end(), {"--mca", "oob_tcp_if_include", "127.0.0.0/8"});
+    }
+  }
   if (!in.shm_dir.empty()) {
     // OpenMPI's shared-memory transport keeps one segment file per process
     // (vader_segment.<host>.<jobid>...). They are unlinked when the job ends normally but

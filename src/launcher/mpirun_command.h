@@ -63,6 +63,8 @@ struct MpirunInputs {
   // kolorun when the job ends; "" = OpenMPI's default (/dev/shm). One-host jobs only: the
   // directory exists on this host alone.
   std::string shm_dir;
+  // The names under which a host list may mention this machine (is_this_host).
+  std::vector<std::string> this_host_names;
 };
 
 // How long a shim whose program failed waits for kolorun to stop the job before it

@@ -52,6 +52,15 @@ TEST(MpirunCommand, SingleHost) {
                                          "--mca",
                                          "orte_abort_on_non_zero_status",
                                          "1",
+                                         "--mca",
+                                         "pml",
+                                         "ob1",
+                                         "--mca",
+                                         "btl",
+                                         "self,vader",
+                                         "--mca",
+                                         "oob_tcp_if_include",
+                                         "127.0.0.0/8",
                                          "-x",
                                          "KOLO_LOG_LEVEL",
                                          "-x",
@@ -66,6 +75,34 @@ TEST(MpirunCommand, SingleHost) {
                                          "--epochs",
                                          "3"};
   EXPECT_EQ(argv, want);
+}
+
+// A one-host job keeps off the network: no TCP transport (whose listeners bind to any
+// address), and mpirun's connections over loopback. A job on other hosts needs both.
+TEST(MpirunCommand, OneHostJobsStayOffTheNetwork) {
+  for (const auto& hosts : {std::vector<HostSlots>{}, std::vector<HostSlots>{{"localhost", 2}},
+                            std::vector<HostSlots>{{"node1", 2}}}) {
+    MpirunInputs in = inputs();
+    in.this_host_names = {"node1"};
+    const auto argv = mpirun_argv(request(2, hosts), in);
+    EXPECT_EQ(after(argv, "pml"), "ob1") << shell_join(argv);
+    EXPECT_EQ(after(argv, "btl"), "self,vader") << shell_join(argv);
+    EXPECT_EQ(after(argv, "oob_tcp_if_include"), "127.0.0.0/8") << shell_join(argv);
+  }
+  MpirunInputs in = inputs();
+  in.this_host_names = {"node1"};
+  auto argv = mpirun_argv(request(2, {{"node1", 1}, {"node2", 1}}), in);
+  EXPECT_FALSE(has(argv, "pml")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "btl")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "oob_tcp_if_include")) << shell_join(argv);
+  // The user's own choice (OMPI_MCA_* in the environment) wins.
+  in.env["OMPI_MCA_pml"] = "ucx";
+  in.env["OMPI_MCA_btl"] = "self,tcp";
+  in.env["OMPI_MCA_oob_tcp_if_include"] = "eth0";
+  argv = mpirun_argv(request(2), in);
+  EXPECT_FALSE(has(argv, "pml")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "btl")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "oob_tcp_if_include")) << shell_join(argv);
 }
 
 TEST(MpirunCommand, SharedMemorySegmentsGoToTheJobsOwnDirectory) {
