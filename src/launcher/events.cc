@@ -36,7 +36,9 @@ std::string format_exit_event(const WorkerExit& e, const std::string& token) {
   } else {
     s += " exit=" + std::to_string(e.exit_code);
   }
-  if (e.stopped) s += " stopped=1";
+  if (e.stop == Stop::kByJob) s += " stopped=job";
+  if (e.stop == Stop::kFromOutside) s += " stopped=outside";
+  if (e.time_us > 0) s += " t=" + std::to_string(e.time_us);
   return s;
 }
 
@@ -61,7 +63,9 @@ bool parse_exit_event(const std::string& line, const std::string& token, WorkerE
     } else if (key == "signal") {
       have_end = parse_int(value, &e.signal) && e.signal > 0;
     } else if (key == "stopped") {
-      e.stopped = value == "1";
+      e.stop = value == "outside" ? Stop::kFromOutside : Stop::kByJob;
+    } else if (key == "t") {
+      e.time_us = std::strtoll(value.c_str(), nullptr, 10);
     }
     // Unknown keys are skipped so that later shims can add fields.
   }
@@ -88,14 +92,19 @@ std::string make_event_token() {
 }
 
 std::string describe_exit(const WorkerExit& e) {
-  std::string s = "rank " + std::to_string(e.rank) + " (host " + e.host + ")";
+  std::string s = "rank " + std::to_string(e.rank);
+  if (!e.host.empty() && e.host != "?") s += " (host " + e.host + ")";
+  std::string how;
   if (e.signal != 0) {
     const char* name = strsignal(e.signal);
-    s += " was killed by signal " + std::to_string(e.signal);
-    if (name != nullptr) s += std::string(" (") + name + ")";
+    how = "was killed by signal " + std::to_string(e.signal);
+    if (name != nullptr) how += std::string(" (") + name + ")";
   } else {
-    s += " exited with status " + std::to_string(e.exit_code);
+    how = "exited with status " + std::to_string(e.exit_code);
   }
+  if (e.shim_lost) return s + ": its worker shim " + how + " before it reported";
+  s += " " + how;
+  if (e.stop == Stop::kFromOutside) s += " after it was stopped from outside the job";
   return s;
 }
 

@@ -24,13 +24,22 @@ TEST(ExitEvent, RoundTripsExitAndSignal) {
 
   ASSERT_TRUE(parse_exit_event("KOLO_LAUNCHER_EVENT token=t1 rank=0 host=h exit=0", "t1", &back));
   EXPECT_FALSE(back.failed());
-  EXPECT_FALSE(back.stopped);
+  EXPECT_EQ(back.stop, Stop::kNone);
+  EXPECT_EQ(back.time_us, 0);
 
-  WorkerExit s{3, "h", 0, 15, true};
+  WorkerExit s{3, "h", 0, 15, Stop::kByJob};
   EXPECT_EQ(format_exit_event(s, "t1"),
-            "KOLO_LAUNCHER_EVENT token=t1 rank=3 host=h signal=15 stopped=1");
+            "KOLO_LAUNCHER_EVENT token=t1 rank=3 host=h signal=15 stopped=job");
   ASSERT_TRUE(parse_exit_event(format_exit_event(s, "t1"), "t1", &back));
-  EXPECT_TRUE(back.stopped);
+  EXPECT_EQ(back.stop, Stop::kByJob);
+
+  WorkerExit o{4, "h", 0, 15, Stop::kFromOutside, 1700000000123456};
+  EXPECT_EQ(format_exit_event(o, "t1"),
+            "KOLO_LAUNCHER_EVENT token=t1 rank=4 host=h signal=15 stopped=outside "
+            "t=1700000000123456");
+  ASSERT_TRUE(parse_exit_event(format_exit_event(o, "t1"), "t1", &back));
+  EXPECT_EQ(back.stop, Stop::kFromOutside);
+  EXPECT_EQ(back.time_us, 1700000000123456);
 }
 
 TEST(ExitEvent, IgnoresOtherLines) {
@@ -71,6 +80,17 @@ TEST(ExitEvent, IsFoundAfterAnotherWorkersUnfinishedLine) {
 TEST(ExitEvent, DescribesFailures) {
   EXPECT_EQ(describe_exit({1, "node7", 3, 0}), "rank 1 (host node7) exited with status 3");
   EXPECT_EQ(describe_exit({0, "h", 0, 9}), "rank 0 (host h) was killed by signal 9 (Killed)");
+  EXPECT_EQ(describe_exit({2, "h", 0, 15, Stop::kFromOutside}),
+            "rank 2 (host h) was killed by signal 15 (Terminated) after it was stopped from "
+            "outside the job");
+  WorkerExit lost{6, "vm", 0, 9};
+  lost.shim_lost = true;
+  EXPECT_EQ(describe_exit(lost),
+            "rank 6 (host vm): its worker shim was killed by signal 9 (Killed) before it reported");
+  lost.host = "";
+  lost.signal = 0;
+  lost.exit_code = 1;
+  EXPECT_EQ(describe_exit(lost), "rank 6: its worker shim exited with status 1 before it reported");
 }
 
 }  // namespace

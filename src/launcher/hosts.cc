@@ -1,9 +1,11 @@
 // Host list and hostfile parsing for kolorun (see hosts.h).
 #include "launcher/hosts.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 namespace kolo::launcher {
@@ -26,15 +28,19 @@ bool parse_slots(const std::string& text, int* out) {
 }
 
 // Host names go to mpirun (and from there to ssh) unquoted, so keep to the characters
-// of DNS names and IPv4 addresses.
-bool valid_host_name(const std::string& host) {
-  if (host.empty()) return false;
-  for (char c : host) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '-' || c == '_';
-    if (!ok) return false;
+// of DNS names and IPv4 addresses; a name that starts with '-' would be read as an
+// option ("-oProxyCommand=..." runs a command). Returns "" for a good name, else why not.
+std::string host_name_error(const std::string& host) {
+  if (!host.empty() && host[0] == '-') {
+    return "'" + host + "' is not a host name: it starts with '-', which mpirun and ssh " +
+           "would read as an option";
   }
-  return true;
+  bool ok = !host.empty();
+  for (char c : host) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '-' || c == '_');
+  }
+  return ok ? "" : "'" + host + "' is not a host name (letters, digits, '.', '-', '_')";
 }
 
 void add_host(std::vector<HostSlots>* hosts, const std::string& host, int slots) {
@@ -77,9 +83,8 @@ Status parse_host_list(const std::string& text, std::vector<HostSlots>* out) {
                                "': slots must be a whole number >= 1 after ':'");
       }
     }
-    if (!valid_host_name(host)) {
-      return InvalidArgument("host list entry '" + entry + "': '" + host +
-                             "' is not a host name (letters, digits, '.', '-', '_')");
+    if (const std::string why = host_name_error(host); !why.empty()) {
+      return InvalidArgument("host list entry '" + entry + "': " + why);
     }
     add_host(&hosts, host, slots);
   }
@@ -99,13 +104,16 @@ Status parse_hostfile(const std::string& text, const std::string& source,
   while (std::getline(lines, line)) {
     ++number;
     const std::string where = source + ":" + std::to_string(number) + ": ";
+    if (line.size() > kMaxHostfileLine) {
+      return InvalidArgument(where + "line is longer than " + std::to_string(kMaxHostfileLine) +
+                             " bytes; is " + source + " a hostfile?");
+    }
     if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::stringstream words(line);
     std::string host, word;
     if (!(words >> host)) continue;
-    if (!valid_host_name(host)) {
-      return InvalidArgument(where + "'" + host +
-                             "' is not a host name (letters, digits, '.', '-', '_')");
+    if (const std::string why = host_name_error(host); !why.empty()) {
+      return InvalidArgument(where + why);
     }
     int slots = 1;
     bool have_slots = false;
@@ -128,14 +136,31 @@ Status parse_hostfile(const std::string& text, const std::string& source,
 }
 
 Status read_hostfile(const std::string& path, std::vector<HostSlots>* out) {
-  std::ifstream in(path);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return InvalidArgument("cannot read hostfile " + path + ": " + std::strerror(errno));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return InvalidArgument("cannot read hostfile " + path);
-  return parse_hostfile(text.str(), path, out);
+  // Read at most one byte past the limit: enough to know the file is too large, and a
+  // device such as /dev/zero cannot make kolorun read (and keep) without bound.
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxHostfileBytes) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return InvalidArgument("cannot read hostfile " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (text.size() > kMaxHostfileBytes) {
+    return InvalidArgument("hostfile " + path + " is larger than " +
+                           std::to_string(kMaxHostfileBytes) + " bytes; is it the right file?");
+  }
+  return parse_hostfile(text, path, out);
 }
 
 int total_slots(const std::vector<HostSlots>& hosts) {

@@ -5,6 +5,7 @@
 // (layout.h) or how mpirun is told about them (mpirun_command.h).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct HostSlots {
 // Parses "a:2,b,c:4" (a host without ":N" has one slot). A host named twice keeps its
 // first position and gets the sum of its slots, as mpirun does.
 Status parse_host_list(const std::string& text, std::vector<HostSlots>* out);
+
+// What a hostfile may hold: a larger file, or a longer line, is refused (a mistyped path
+// such as /dev/zero must not make kolorun read without bound).
+inline constexpr size_t kMaxHostfileBytes = 1 << 20;
+inline constexpr size_t kMaxHostfileLine = 4096;
 
 // Parses hostfile text: one host per line, optionally followed by `slots=N`; `#` starts
 // a comment; blank lines are skipped. `source` names the file in error messages.

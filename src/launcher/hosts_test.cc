@@ -35,7 +35,11 @@ TEST(HostList, RejectsBadInputWithTheEntry) {
        {Case{"", "empty host list"}, Case{"a:2,,b", "empty entry"}, Case{"a:2,", "empty entry"},
         Case{"a:0", "'a:0': slots must be"}, Case{"a:x", "'a:x': slots must be"},
         Case{"a:", "'a:': slots must be"}, Case{":2", "'' is not a host name"},
-        Case{"a b:2", "'a b' is not a host name"}}) {
+        Case{"a b:2", "'a b' is not a host name"},
+        // mpirun and ssh would take these for options.
+        Case{"-x:2", "'-x' is not a host name: it starts with '-'"},
+        Case{"a:1,-oProxyCommand=x", "'-oProxyCommand=x' is not a host name: it starts with '-'"},
+        Case{"--host", "'--host' is not a host name: it starts with '-'"}}) {
     Status s = parse_host_list(c.text, &hosts);
     ASSERT_FALSE(s.ok()) << c.text;
     EXPECT_NE(s.message().find(c.message_part), std::string::npos)
@@ -68,6 +72,9 @@ TEST(Hostfile, ErrorsNameTheFileAndLine) {
            Case{"a slots=1 slots=2\n", "hosts.txt:1: slots= given twice"},
            Case{"b@c slots=1\n", "hosts.txt:1: 'b@c' is not a host name"},
            Case{"# nothing\n\n", "hosts.txt: no hosts listed"},
+           Case{"a\n-oProxyCommand slots=2\n",
+                "hosts.txt:2: '-oProxyCommand' is not a host name: it starts with '-'"},
+           Case{"-x\n", "hosts.txt:1: '-x' is not a host name: it starts with '-'"},
        }) {
     Status s = parse_hostfile(c.text, "hosts.txt", &hosts);
     ASSERT_FALSE(s.ok()) << c.text;
@@ -90,6 +97,23 @@ TEST(Hostfile, ReadsFromDiskAndReportsMissingFiles) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cannot read hostfile " + path), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("No such file"), std::string::npos) << s.message();
+}
+
+TEST(Hostfile, RefusesWhatIsTooLargeToBeAHostfile) {
+  Hosts hosts;
+  // A device that never ends: refused after reading just past the limit, not read forever.
+  Status s = read_hostfile("/dev/zero", &hosts);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hostfile /dev/zero is larger than 1048576 bytes"), std::string::npos)
+      << s.message();
+
+  s = parse_hostfile("a\n" + std::string(5000, 'b') + "\n", "hosts.txt", &hosts);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hosts.txt:2: line is longer than 4096 bytes"), std::string::npos)
+      << s.message();
+  // A long comment is a long line too; a line at the limit is fine.
+  EXPECT_TRUE(parse_hostfile("a slots=2 #" + std::string(4000, 'x') + "\n", "h", &hosts).ok());
+  EXPECT_EQ(hosts, (Hosts{{"a", 2}}));
 }
 
 }  // namespace

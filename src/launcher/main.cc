@@ -4,12 +4,14 @@
 //
 // Not for: anything that needs testing without a process: that lives in hosts.h,
 // layout.h and mpirun_command.h.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -64,6 +66,32 @@ std::string self_exe() {
 int fail(const std::string& message) {
   std::cerr << "kolorun: " << message << "\n";
   return 2;
+}
+
+launcher::MachineLimits machine_limits() {
+  launcher::MachineLimits limits;
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    limits.open_files = static_cast<long>(rl.rlim_cur);
+    if (rl.rlim_max != RLIM_INFINITY) limits.open_files_hard = static_cast<long>(rl.rlim_max);
+  }
+  // The kernel does not hold root to RLIMIT_NPROC.
+  if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    limits.processes = static_cast<long>(rl.rlim_cur);
+  }
+  return limits;
+}
+
+// The names under which a host list may mention this machine.
+std::vector<std::string> this_host_names() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return {};
+  std::string name = buf;
+  std::vector<std::string> names = {name};
+  if (const size_t dot = name.find('.'); dot != std::string::npos) {
+    names.push_back(name.substr(0, dot));
+  }
+  return names;
 }
 
 int run_worker_shim(int argc, char** argv) {
@@ -153,6 +181,10 @@ int main(int argc, char** argv) {
     request.hosts_source = "hostfile " + hostfile;
   }
   if (Status s = launcher::validate(request); !s.ok()) return fail(s.message());
+  if (Status s = launcher::check_machine_limits(request, machine_limits(), this_host_names());
+      !s.ok()) {
+    return fail(s.message());
+  }
 
   // The shims mark their exit reports with this job's token (exported with the other
   // KOLO_* variables; the shim removes it from the program's environment).
@@ -162,6 +194,15 @@ int main(int argc, char** argv) {
   inputs.as_root = ::geteuid() == 0;
   inputs.self_exe = self_exe();
   inputs.env = kolo::core::process_env();
+  inputs.this_host_names = this_host_names();
+  // OpenMPI's shared-memory segments go to a directory of this job's own (removed at the
+  // end, even if mpirun is killed), unless the user chose a place; not for a dry run,
+  // which starts nothing.
+  if (!dry_run && launcher::runs_on_this_host_only(request, this_host_names()) &&
+      inputs.env.count("OMPI_MCA_btl_vader_backing_directory") == 0) {
+    char dir[] = "/dev/shm/kolo.XXXXXX";
+    if (::mkdtemp(dir) != nullptr) inputs.shm_dir = dir;  // mode 0700
+  }
   const std::vector<std::string> command = launcher::mpirun_argv(request, inputs);
   if (dry_run) {
     std::cout << launcher::shell_join(command) << std::endl;
@@ -173,5 +214,6 @@ int main(int argc, char** argv) {
   supervise.np = np;
   supervise.grace_seconds = grace_seconds;
   supervise.event_token = token;
+  supervise.shm_dir = inputs.shm_dir;
   return launcher::supervise(supervise);
 }

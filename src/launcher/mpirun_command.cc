@@ -1,6 +1,7 @@
 // Building kolorun's mpirun command line (see mpirun_command.h).
 #include "launcher/mpirun_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 
@@ -24,6 +25,63 @@ Status validate(const LaunchRequest& r) {
   }
   if (!(r.grace_seconds >= 0 && r.grace_seconds <= 86400)) {
     return InvalidArgument("--grace-seconds must be between 0 and 86400");
+  }
+  return Status::OK();
+}
+
+bool is_this_host(const std::string& host, const std::vector<std::string>& this_host_names) {
+  if (host == "localhost" || host.rfind("127.", 0) == 0) return true;
+  for (const auto& name : this_host_names) {
+    if (host == name) return true;
+  }
+  return false;
+}
+
+bool runs_on_this_host_only(const LaunchRequest& r,
+                            const std::vector<std::string>& this_host_names) {
+  for (const auto& h : r.hosts) {
+    if (!is_this_host(h.host, this_host_names)) return false;
+  }
+  return true;
+}
+
+Status check_machine_limits(const LaunchRequest& r, const MachineLimits& limits,
+                            const std::vector<std::string>& this_host_names) {
+  const std::vector<int> per_host = fill_hosts(r.hosts, r.np);
+  long here = 0;
+  for (size_t i = 0; i < per_host.size(); ++i) {
+    const std::string host = r.hosts.empty() ? "this host" : r.hosts[i].host;
+    if (per_host[i] > kMaxWorkersPerHost) {
+      return InvalidArgument("-np " + std::to_string(r.np) + " puts " +
+                             std::to_string(per_host[i]) + " workers on " + host +
+                             "; kolorun starts at most " + std::to_string(kMaxWorkersPerHost) +
+                             " on one host: lower -np or add hosts");
+    }
+    if (r.hosts.empty() || is_this_host(host, this_host_names)) here += per_host[i];
+  }
+  if (here == 0) return Status::OK();
+  const std::string workers = std::to_string(here) + " worker" + (here == 1 ? "" : "s");
+  const long files = kMpirunFilesBase + kMpirunFilesPerWorker * here;
+  if (limits.open_files > 0 && files > limits.open_files) {
+    const long fit = std::max(0L, (limits.open_files - kMpirunFilesBase) / kMpirunFilesPerWorker);
+    std::string raise = "raise it (ulimit -n " + std::to_string(files);
+    if (limits.open_files_hard > 0 && limits.open_files_hard < files) {
+      raise += "; the hard limit is " + std::to_string(limits.open_files_hard) +
+               ", which only root can raise";
+    }
+    return InvalidArgument("-np " + std::to_string(r.np) + " starts " + workers +
+                           " on this host, and mpirun needs about " + std::to_string(files) +
+                           " open files for them, but the open-file limit (ulimit -n) is " +
+                           std::to_string(limits.open_files) + ", enough for " +
+                           std::to_string(fit) + ": " + raise + ") or lower -np");
+  }
+  // Each worker is at least two processes (the shim and the program), plus mpirun's own.
+  const long processes = 2 * here + 16;
+  if (limits.processes > 0 && processes > limits.processes) {
+    return InvalidArgument("-np " + std::to_string(r.np) + " starts " + workers +
+                           " on this host, at least " + std::to_string(processes) +
+                           " processes, but the process limit (ulimit -u) is " +
+                           std::to_string(limits.processes) + ": raise it or lower -np");
   }
   return Status::OK();
 }
@@ -65,6 +123,29 @@ std::vector<std::string> mpirun_argv(const LaunchRequest& r, const MpirunInputs&
   // process dies by a signal. The shim never exits non-zero before kolorun says so
   // (it lingers, see shim.h), so kolorun still decides when the others are stopped.
   argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
+  if (runs_on_this_host_only(r, in.this_host_names)) {
+    // A one-host job needs no network. Without this, every MPI process listens on
+    // 0.0.0.0 and [::] (OpenMPI's TCP transport binds to any address whatever
+    // btl_tcp_if_include says) and the libfabric one (btl ofi) on the host's address:
+    // shared memory (vader) and self carry everything instead, under ob1 (UCX and the
+    // libfabric MTL would bring their own listeners). mpirun's own out-of-band listener
+    // still binds to any address (OpenMPI 4.1 has no setting for that); it is told to use
+    // loopback for the connections it makes. A choice the user made in OMPI_MCA_* wins.
+    if (in.env.count("OMPI_MCA_pml") == 0) argv.insert(argv.end(), {"--mca", "pml", "ob1"});
+    if (in.env.count("OMPI_MCA_btl") == 0) {
+      argv.insert(argv.end(), {"--mca", "btl", "self,vader"});
+    }
+    if (in.env.count("OMPI_MCA_oob_tcp_if_include") == 0) {
+      argv.insert(argv.end(), {"--mca", "oob_tcp_if_include", "127.0.0.0/8"});
+    }
+  }
+  if (!in.shm_dir.empty()) {
+    // OpenMPI's shared-memory transport keeps one segment file per process
+    // (vader_segment.<host>.<jobid>...). They are unlinked when the job ends normally but
+    // left in /dev/shm when mpirun is killed; in a directory of this job's own kolorun
+    // removes them whatever happened, and never touches another job's.
+    argv.insert(argv.end(), {"--mca", "btl_vader_backing_directory", in.shm_dir});
+  }
   for (const auto& name : exported_variables(in.env)) argv.insert(argv.end(), {"-x", name});
   argv.insert(argv.end(),
               {"-x", std::string(kHostSlotsVar) + "=" + format_layout(fill_hosts(r.hosts, r.np))});

@@ -25,10 +25,46 @@ struct LaunchRequest {
 // Checks what the command line alone can tell: np >= 1, a program, enough slots.
 Status validate(const LaunchRequest& request);
 
+// What this machine lets one user start (from getrlimit); 0 = no limit to check.
+struct MachineLimits {
+  long open_files = 0;  // RLIMIT_NOFILE, soft
+  long open_files_hard = 0;
+  long processes = 0;  // RLIMIT_NPROC, soft (not enforced for root: leave 0)
+};
+
+// Workers kolorun starts on one host at most: mpirun (or orted) keeps pipes and a process
+// table entry for each, and thousands of processes on one host are a typo, not a job.
+inline constexpr int kMaxWorkersPerHost = 4096;
+// mpirun holds about 4 descriptors per worker it starts on its own host (the worker's
+// stdin, stdout and stderr pipes and an exec-status pipe; measured with OpenMPI 4.1:
+// ulimit -n 400 starts 96 workers and fails at 100), plus its own.
+inline constexpr int kMpirunFilesPerWorker = 4;
+inline constexpr int kMpirunFilesBase = 64;
+
+// Refuses what this machine cannot start, before mpirun is run: more than
+// kMaxWorkersPerHost on any host, or on this host (all of a one-host job; of a host list,
+// the hosts named in `this_host_names`) more workers than the open-file or process limits
+// allow. OpenMPI 4.1's mpirun does not fail at those limits: it hangs for good after
+// "The system limit on number of pipes a process can open was reached".
+Status check_machine_limits(const LaunchRequest& request, const MachineLimits& limits,
+                            const std::vector<std::string>& this_host_names);
+
+// Whether `host` names this machine: localhost, 127.*, or one of `this_host_names`.
+bool is_this_host(const std::string& host, const std::vector<std::string>& this_host_names);
+// Whether every worker of the job runs on this machine (no host list, or only this host).
+bool runs_on_this_host_only(const LaunchRequest& request,
+                            const std::vector<std::string>& this_host_names);
+
 struct MpirunInputs {
   bool as_root = false;                    // geteuid() == 0: mpirun refuses root without a flag
   std::string self_exe;                    // absolute path of kolorun (/proc/self/exe)
   std::map<std::string, std::string> env;  // kolorun's environment
+  // A private directory (mode 0700) for OpenMPI's shared-memory segments, removed by
+  // kolorun when the job ends; "" = OpenMPI's default (/dev/shm). One-host jobs only: the
+  // directory exists on this host alone.
+  std::string shm_dir;
+  // The names under which a host list may mention this machine (is_this_host).
+  std::vector<std::string> this_host_names;
 };
 
 // How long a shim whose program failed waits for kolorun to stop the job before it

@@ -52,6 +52,15 @@ TEST(MpirunCommand, SingleHost) {
                                          "--mca",
                                          "orte_abort_on_non_zero_status",
                                          "1",
+                                         "--mca",
+                                         "pml",
+                                         "ob1",
+                                         "--mca",
+                                         "btl",
+                                         "self,vader",
+                                         "--mca",
+                                         "oob_tcp_if_include",
+                                         "127.0.0.0/8",
                                          "-x",
                                          "KOLO_LOG_LEVEL",
                                          "-x",
@@ -66,6 +75,50 @@ TEST(MpirunCommand, SingleHost) {
                                          "--epochs",
                                          "3"};
   EXPECT_EQ(argv, want);
+}
+
+// A one-host job keeps off the network: no TCP transport (whose listeners bind to any
+// address), and mpirun's connections over loopback. A job on other hosts needs both.
+TEST(MpirunCommand, OneHostJobsStayOffTheNetwork) {
+  for (const auto& hosts : {std::vector<HostSlots>{}, std::vector<HostSlots>{{"localhost", 2}},
+                            std::vector<HostSlots>{{"node1", 2}}}) {
+    MpirunInputs in = inputs();
+    in.this_host_names = {"node1"};
+    const auto argv = mpirun_argv(request(2, hosts), in);
+    EXPECT_EQ(after(argv, "pml"), "ob1") << shell_join(argv);
+    EXPECT_EQ(after(argv, "btl"), "self,vader") << shell_join(argv);
+    EXPECT_EQ(after(argv, "oob_tcp_if_include"), "127.0.0.0/8") << shell_join(argv);
+  }
+  MpirunInputs in = inputs();
+  in.this_host_names = {"node1"};
+  auto argv = mpirun_argv(request(2, {{"node1", 1}, {"node2", 1}}), in);
+  EXPECT_FALSE(has(argv, "pml")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "btl")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "oob_tcp_if_include")) << shell_join(argv);
+  // The user's own choice (OMPI_MCA_* in the environment) wins.
+  in.env["OMPI_MCA_pml"] = "ucx";
+  in.env["OMPI_MCA_btl"] = "self,tcp";
+  in.env["OMPI_MCA_oob_tcp_if_include"] = "eth0";
+  argv = mpirun_argv(request(2), in);
+  EXPECT_FALSE(has(argv, "pml")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "btl")) << shell_join(argv);
+  EXPECT_FALSE(has(argv, "oob_tcp_if_include")) << shell_join(argv);
+}
+
+TEST(MpirunCommand, SharedMemorySegmentsGoToTheJobsOwnDirectory) {
+  EXPECT_FALSE(has(mpirun_argv(request(2), inputs()), "btl_vader_backing_directory"));
+  MpirunInputs in = inputs();
+  in.shm_dir = "/dev/shm/kolo.abc123";
+  EXPECT_EQ(after(mpirun_argv(request(2), in), "btl_vader_backing_directory"),
+            "/dev/shm/kolo.abc123");
+}
+
+TEST(MpirunCommand, KnowsWhichJobsRunOnThisHostOnly) {
+  EXPECT_TRUE(runs_on_this_host_only(request(2), {"node1"}));
+  EXPECT_TRUE(runs_on_this_host_only(request(2, {{"localhost", 2}}), {"node1"}));
+  EXPECT_TRUE(runs_on_this_host_only(request(2, {{"127.0.0.1", 2}}), {"node1"}));
+  EXPECT_TRUE(runs_on_this_host_only(request(2, {{"node1", 1}, {"localhost", 1}}), {"node1"}));
+  EXPECT_FALSE(runs_on_this_host_only(request(2, {{"node1", 1}, {"node2", 1}}), {"node1"}));
 }
 
 TEST(MpirunCommand, RootNeedsAllowRunAsRoot) {
@@ -126,6 +179,54 @@ TEST(Validate, ChecksWorkersProgramAndSlots) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("-np 3 needs 3 slots but -H localhost:2 has 2"), std::string::npos)
       << s.message();
+}
+
+TEST(MachineLimits, RefusesMoreWorkersThanThisHostCanStart) {
+  MachineLimits limits;
+  limits.open_files = 20000;
+  limits.open_files_hard = 20000;
+  EXPECT_TRUE(check_machine_limits(request(64), limits, {}).ok());
+  EXPECT_TRUE(check_machine_limits(request(4096), limits, {}).ok());  // 16448 files
+
+  // The cap, on any host.
+  Status s = check_machine_limits(request(100000), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("-np 100000 puts 100000 workers on this host; kolorun starts at "
+                             "most 4096 on one host"),
+            std::string::npos)
+      << s.message();
+  s = check_machine_limits(request(5000, {{"a", 100}, {"b", 4900}}), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("puts 4900 workers on b;"), std::string::npos) << s.message();
+
+  // The open-file limit, for the workers on this host only.
+  limits.open_files = 256;
+  limits.open_files_hard = 1024;
+  s = check_machine_limits(request(60), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("-np 60 starts 60 workers on this host, and mpirun needs about 304 "
+                             "open files for them, but the open-file limit (ulimit -n) is 256, "
+                             "enough for 48: raise it (ulimit -n 304) or lower -np"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(check_machine_limits(request(48), limits, {}).ok());
+  EXPECT_FALSE(check_machine_limits(request(60, {{"localhost", 60}}), limits, {}).ok());
+  EXPECT_FALSE(check_machine_limits(request(60, {{"node1", 60}}), limits, {"node1"}).ok());
+  EXPECT_TRUE(check_machine_limits(request(60, {{"node2", 60}}), limits, {"node1"}).ok());
+  limits.open_files_hard = 300;
+  s = check_machine_limits(request(60), limits, {});
+  EXPECT_NE(s.message().find("the hard limit is 300, which only root can raise"), std::string::npos)
+      << s.message();
+
+  // The process limit.
+  limits = MachineLimits{};
+  limits.processes = 100;
+  s = check_machine_limits(request(60), limits, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("at least 136 processes, but the process limit (ulimit -u) is 100"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(check_machine_limits(request(42), limits, {}).ok());
 }
 
 TEST(ShellJoin, QuotesWhatTheShellWouldSplit) {

@@ -1,14 +1,17 @@
 // Child processes with piped output, and signals delivered through a pipe (see process.h).
 #include "launcher/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 namespace kolo::launcher {
 namespace {
@@ -125,6 +128,77 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   out->out_fd = out_pipe[0];
   out->err_fd = err_pipe[0];
   return Status::OK();
+}
+
+pid_t start_guard(pid_t target, double kill_after_seconds, const std::string& cleanup_dir) {
+  const pid_t parent = ::getpid();
+  // Blocked before fork, so that the guard cannot miss the SIGTERM it waits for.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &old);
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    return pid < 0 ? -1 : pid;
+  }
+  // Guard: only async-signal-safe calls. It holds none of our descriptors (the read ends
+  // of mpirun's pipes must close when we die, so that mpirun's writes fail instead of
+  // filling them).
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
+#endif
+  {
+    const long max_fd = ::sysconf(_SC_OPEN_MAX);
+    for (long fd = 3; fd < (max_fd > 0 ? max_fd : 1024); ++fd) ::close(static_cast<int>(fd));
+  }
+  if (::getppid() == parent) {
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    int sig = 0;
+    while (::sigwait(&term, &sig) != 0) {
+    }
+  }
+  ::kill(target, SIGTERM);
+  const long polls = static_cast<long>(kill_after_seconds * 10);
+  for (long i = 0; i < polls && ::kill(target, 0) == 0; ++i) {
+    struct timespec tenth = {0, 100 * 1000 * 1000};
+    ::nanosleep(&tenth, nullptr);
+  }
+  ::kill(-target, SIGKILL);
+  if (!cleanup_dir.empty()) {
+    // The workers die with mpirun (PR_SET_PDEATHSIG); give them a moment to be gone.
+    for (int i = 0; i < 10 && ::kill(target, 0) == 0; ++i) {
+      struct timespec tenth = {0, 100 * 1000 * 1000};
+      ::nanosleep(&tenth, nullptr);
+    }
+    remove_job_dir(cleanup_dir);
+  }
+  ::_exit(0);
+}
+
+void remove_job_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  // Twice: a worker that was still starting may have created a file after the first pass.
+  for (int pass = 0; pass < 2 && ::rmdir(dir.c_str()) != 0 && errno == ENOTEMPTY; ++pass) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") ::unlink((dir + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
+}
+
+void end_guard(pid_t guard) {
+  if (guard <= 0) return;
+  ::kill(guard, SIGKILL);
+  int status = 0;
+  while (::waitpid(guard, &status, 0) < 0 && errno == EINTR) {
+  }
 }
 
 int shell_status(int wait_status) {

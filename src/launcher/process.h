@@ -52,6 +52,22 @@ struct Child {
 // program cannot be executed; in that case no child is left behind.
 Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& options, Child* out);
 
+// Starts a guard for `target` (a child that leads its own process group): a small process
+// that does nothing while we live and, once we die without end_guard (even by SIGKILL),
+// sends `target` SIGTERM and, if it is still there `kill_after_seconds` later, SIGKILLs
+// its group. PR_SET_PDEATHSIG on the target is not enough: a stuck mpirun ignores the
+// SIGTERM. The guard has a process group of its own, so that killing ours (a test's
+// timeout, say) does not take it too. Returns its pid, or -1.
+// When `cleanup_dir` is not empty, the guard also removes it (remove_job_dir) once the
+// target is gone.
+pid_t start_guard(pid_t target, double kill_after_seconds, const std::string& cleanup_dir = "");
+// Ends the guard (we are leaving normally) and reaps it.
+void end_guard(pid_t guard);
+
+// Removes the files in `dir` (not in its subdirectories) and then `dir` itself: a
+// directory that this job made for itself (mpirun_command.h, MpirunInputs::shm_dir).
+void remove_job_dir(const std::string& dir);
+
 // Encodes a wait() status the way shells do: exit code, or 128 + signal.
 int shell_status(int wait_status);
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "core/config.h"
 #include "launcher/events.h"
@@ -24,6 +25,12 @@ namespace {
 // How long output is still read after the program exited: a background process it left
 // behind may hold the pipes open forever, and the marker must not wait for that.
 constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+// When the job is being stopped, mpirun sends SIGKILL one second after its SIGTERM: the
+// shim drains for less and kills leftovers at once, so that it is done before that.
+constexpr auto kDrainWhenStopped = std::chrono::milliseconds(250);
+// How long leftovers get between SIGTERM and SIGKILL, and when the shim stops trying.
+constexpr auto kLeftoverTerm = std::chrono::seconds(1);
+constexpr auto kLeftoverGiveUp = std::chrono::seconds(5);
 
 bool read_int(const std::map<std::string, std::string>& env, const char* name, int* out) {
   auto it = env.find(name);
@@ -45,19 +52,15 @@ void say(const std::string& prefix, const std::string& text) {
   write_all(2, prefix + "kolorun: " + text + "\n");
 }
 
-// Kills what the program left behind in this shim's process group once it has exited
-// (a shell script's background jobs, a daemon it started): the worker is over, and
-// nobody else would stop them (mpirun only signals the group when it aborts a job). Only
-// when the shim leads its own group, as mpirun starts it; never the shim itself.
-void kill_leftovers() {
-  const pid_t self = ::getpid();
-  if (::getpgrp() != self) return;
+// The shim's live children, from /proc (field 4 of /proc/PID/stat is the parent).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> kids;
   DIR* proc = ::opendir("/proc");
-  if (!proc) return;
+  if (!proc) return kids;
   while (const dirent* e = ::readdir(proc)) {
     char* end = nullptr;
     const long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0 || pid == self) continue;
+    if (*end != '\0' || pid <= 0 || pid == parent) continue;
     const std::string stat_path = std::string("/proc/") + e->d_name + "/stat";
     FILE* f = std::fopen(stat_path.c_str(), "r");
     if (!f) continue;
@@ -65,14 +68,47 @@ void kill_leftovers() {
     const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
     std::fclose(f);
     buf[n] = '\0';
-    // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')', so parse after the last ')'.
+    // "pid (comm) state ppid ...": comm may hold spaces and ')', so parse after the last ')'.
     const char* close = std::strrchr(buf, ')');
     char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (close && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3 && pgrp == self)
-      ::kill(static_cast<pid_t>(pid), SIGKILL);
+    long ppid = 0;
+    if (close && std::sscanf(close + 1, " %c %ld", &state, &ppid) == 2 && ppid == parent &&
+        state != 'Z') {
+      kids.push_back(static_cast<pid_t>(pid));
+    }
   }
   ::closedir(proc);
+  return kids;
+}
+
+// Ends everything the program left behind once it has exited and been reaped: a shell's
+// background jobs, a daemon that called setsid() to leave the process group. The shim
+// is a child sub-reaper (run_shim), so every orphaned descendant becomes its child, and
+// after the program is gone every child is a leftover. Each gets SIGTERM when first
+// seen, and SIGKILL once `term_for` has passed; a leftover's own children come to the
+// shim when it dies and are handled the same way, until none is left. Bounded: nothing
+// survives SIGKILL, and the loop gives up after kLeftoverGiveUp regardless.
+void end_descendants(Clock::duration term_for) {
+  const pid_t self = ::getpid();
+  const auto start = Clock::now();
+  std::set<pid_t> termed;
+  for (;;) {
+    int status = 0;
+    while (::waitpid(-1, &status, WNOHANG) > 0) {
+    }
+    const std::vector<pid_t> kids = children_of(self);
+    const auto now = Clock::now();
+    if (kids.empty() || now - start > kLeftoverGiveUp) return;
+    const bool kill_now = now - start >= term_for;
+    for (pid_t pid : kids) {
+      if (kill_now) {
+        ::kill(pid, SIGKILL);
+      } else if (termed.insert(pid).second) {
+        ::kill(pid, SIGTERM);
+      }
+    }
+    ::usleep(10000);
+  }
 }
 
 // Waits for a stop signal from mpirun (or anyone) until `linger` has passed.
@@ -165,6 +201,9 @@ int run_shim(const ShimOptions& options) {
   // If mpirun (or the orted that started us) dies, nobody reads our output or will stop
   // us: go with it. The program gets the same from us (parent_death_signal below).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Orphaned descendants of the program (a daemon that left with setsid) become the
+  // shim's children instead of init's, so that it can end them (end_descendants).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
   const int signal_fd = route_signals_to_pipe({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
 
@@ -226,6 +265,11 @@ int run_shim(const ShimOptions& options) {
       output.service(fds, to_stdout, to_stderr);
       for (const auto& e : read_signal_events(signal_fd)) {
         if (e.signal == SIGCHLD) continue;
+        // The process that started the shim (mpirun, or its orted on another host) stops
+        // it only when the job is being ended; a signal from anyone else is a cause.
+        if (!stop_requested) {
+          result.stop = e.sender == ::getppid() ? Stop::kByJob : Stop::kFromOutside;
+        }
         stop_requested = true;
         // mpirun signals the whole process group, which includes the program; passing
         // its signals on as well would deliver them twice.
@@ -234,7 +278,10 @@ int run_shim(const ShimOptions& options) {
       int status = 0;
       if (!exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
         exited = true;
-        drain_deadline = Clock::now() + kDrainAfterExit;
+        result.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+        drain_deadline = Clock::now() + (stop_requested ? kDrainWhenStopped : kDrainAfterExit);
         if (WIFSIGNALED(status)) {
           result.signal = WTERMSIG(status);
         } else {
@@ -243,8 +290,7 @@ int run_shim(const ShimOptions& options) {
       }
     }
     output.finish(to_stdout, to_stderr);
-    kill_leftovers();
-    result.stopped = stop_requested;
+    end_descendants(stop_requested ? Clock::duration::zero() : kLeftoverTerm);
     if (stop_requested) linger = false;  // the job is already being stopped
   }
 

@@ -2,7 +2,9 @@
 //
 // It turns mpirun's rank variables and kolorun's layout into the KOLO_* variables,
 // runs the program with its output on pipes, prefixes every line with "[rank] ", and when
-// the program ends writes one exit marker (events.h) to stderr. If the program failed,
+// the program ends ends whatever it left behind (the shim is a child sub-reaper, so even a
+// daemon that called setsid() is found) and writes one exit marker (events.h) to stderr.
+// If the program failed,
 // the shim then lingers: it waits for the job to be stopped (SIGTERM from mpirun, sent
 // when kolorun decides) or for its linger time to pass, and only then exits with the
 // program's status. Exiting non-zero at once would let mpirun kill the other workers

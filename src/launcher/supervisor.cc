@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <set>
 
+#include "launcher/cause.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
@@ -20,6 +22,14 @@ namespace {
 // After mpirun exits, its pipes may still be held by processes it started (ssh to
 // remote hosts); read what they flush, but no longer than this.
 constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+// After the first failure report, how long kolorun collects others before it names the
+// cause (unless every worker has been heard of sooner): the dead rank's own report often
+// arrives after the survivors' (cause.h).
+constexpr auto kCauseWindow = std::chrono::seconds(1);
+// When mpirun ends the job by itself (a shim exited without lingering: it was killed, or
+// stopped from outside), it names the process only after its own kill sequence (about
+// 2 s): kolorun waits for that name this long at most.
+constexpr auto kMpirunNamingWindow = std::chrono::seconds(5);
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -58,20 +68,37 @@ class Job {
 
  private:
   void on_stderr_line(std::string_view line);
+  void on_mpirun_line(std::string_view line);
   void on_marker(const WorkerExit& e);
+  // A report that may be the cause arrived, or mpirun began to end the job by itself:
+  // the cause is chosen `window` from now at the latest.
+  void open_cause_window(Clock::duration window);
+  // Chooses the cause once enough is known (see decide_cause).
+  void maybe_decide_cause();
+  // Chooses the cause from what has arrived, announces it and starts the grace period.
+  void decide_cause();
+  // Every worker has reported, or mpirun named it.
+  bool all_heard_of() const;
   void on_user_signal(int sig);
   void stop(const char* why);
   // The nearest deadline to wake up for, or nullptr.
   const Clock::time_point* next_deadline();
   void on_deadlines();
-  int exit_status() const;
+  int exit_status();
 
   const SuperviseOptions& o_;
   Child mpirun_;
-  std::optional<int> mpirun_status_;           // wait() status once reaped
-  std::optional<WorkerExit> first_failure_;    // first worker that failed on its own
-  std::optional<WorkerExit> stopped_failure_;  // first worker that failed after a stop request
+  std::optional<int> mpirun_status_;  // wait() status once reaped
+  // Failure reports that may be the cause (cause_weight > 0), in arrival order: markers,
+  // and mpirun's reports of shims that never wrote one.
+  std::vector<WorkerExit> candidates_;
+  MpirunMessages mpirun_messages_;
+  std::optional<Clock::time_point> cause_deadline_;  // choose the cause by then
+  bool cause_decided_ = false;
+  std::optional<WorkerExit> cause_;            // the worker whose failure ended the job
+  std::optional<WorkerExit> stopped_failure_;  // first worker the job stopped without kolorun
   std::set<int> reported_;                     // ranks whose exit marker arrived
+  std::set<int> named_by_mpirun_;              // ranks mpirun reported without a marker
   int user_signal_ = 0;                        // first SIGINT/SIGTERM/SIGHUP to kolorun
   bool stopping_ = false;                      // SIGTERM sent to mpirun
   bool killed_ = false;                        // SIGKILL sent to mpirun
@@ -88,11 +115,15 @@ int Job::run() {
   spawn.parent_death_signal = SIGTERM;  // if kolorun is killed, mpirun stops the job
   spawn.stdin_from_dev_null = true;     // in its own process group, a tty read would stop it
   if (Status s = spawn_piped(o_.mpirun_argv, spawn, &mpirun_); !s.ok()) {
+    remove_job_dir(o_.shm_dir);
     say(s.message());
     say("multi-process jobs run through OpenMPI's mpirun: install the Debian package "
         "openmpi-bin (apt-get install openmpi-bin) or put mpirun on PATH");
     return 127;
   }
+  // If kolorun is killed, PR_SET_PDEATHSIG sends mpirun SIGTERM; the guard makes sure
+  // that it is gone 5 s later even if it ignored that.
+  const pid_t guard = start_guard(mpirun_.pid, o_.kill_after_seconds, o_.shm_dir);
   OutputReader output(mpirun_.out_fd, mpirun_.err_fd);
   auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
   auto to_stderr = [this](std::string_view line) { on_stderr_line(line); };
@@ -117,6 +148,8 @@ int Job::run() {
     on_deadlines();
   }
   output.finish(to_stdout, to_stderr);
+  end_guard(guard);
+  remove_job_dir(o_.shm_dir);
   return exit_status();
 }
 
@@ -130,39 +163,114 @@ void Job::on_stderr_line(std::string_view line) {
     on_marker(e);
     return;
   }
+  if (!is_worker_line(line)) on_mpirun_line(line);
   // Once kolorun has stopped the job, mpirun's own reports about processes it had to
   // terminate only repeat what kolorun already said.
   if (stopping_ && !is_worker_line(line)) return;
   write_all(2, std::string(line) + "\n");
 }
 
+void Job::on_mpirun_line(std::string_view line) {
+  // Once kolorun stops the job, or has named the cause, mpirun's reports are consequences.
+  if (stopping_ || cause_decided_) return;
+  mpirun_messages_.feed(line);
+  for (const WorkerExit& e : mpirun_messages_.take_named()) {
+    if (reported_.count(e.rank) != 0) continue;  // its shim exited after its marker
+    named_by_mpirun_.insert(e.rank);
+    candidates_.push_back(e);
+  }
+  if (mpirun_messages_.aborting()) open_cause_window(kMpirunNamingWindow);
+  maybe_decide_cause();
+}
+
 void Job::on_marker(const WorkerExit& e) {
   reported_.insert(e.rank);
-  if (e.failed() && e.stopped && !stopping_ && !stopped_failure_) {
-    // Someone else (mpirun ending the job after a process died, a batch system, a user's
-    // kill) stopped this worker: reported at the end unless a real cause turns up.
-    stopped_failure_ = e;
+  if (e.failed() && e.stop == Stop::kByJob && !stopping_) {
+    // mpirun is ending the job without kolorun having asked (a shim exited at once: it was
+    // killed, or stopped from outside): the process it names is the cause.
+    if (!stopped_failure_) stopped_failure_ = e;
+    if (!cause_decided_) open_cause_window(kMpirunNamingWindow);
   }
-  if (e.failed() && !e.stopped && !first_failure_ && !stopping_) {
-    first_failure_ = e;
-    say(describe_exit(e));
-    if (static_cast<int>(reported_.size()) < o_.np) {
-      grace_deadline_ = Clock::now() + seconds(o_.grace_seconds);
-      if (o_.grace_seconds > 0) {
-        char buf[160];
-        std::snprintf(buf, sizeof(buf), "stopping the other workers in %g s (--grace-seconds)",
-                      o_.grace_seconds);
-        say(buf);
-      }
-    }
+  if (cause_weight(e) > 0 && !cause_decided_ && (!stopping_ || cause_deadline_)) {
+    candidates_.push_back(e);
+    open_cause_window(kCauseWindow);
   }
-  if (static_cast<int>(reported_.size()) >= o_.np) {
-    if (first_failure_) {
-      // A failed worker's shim is lingering until it is told to stop; nothing else is
-      // left to wait for.
+  maybe_decide_cause();
+  if (all_heard_of()) {
+    if (cause_) {
+      // The failed workers' shims linger until told to stop; nothing else is left to wait for.
       stop(nullptr);
     } else if (!finish_deadline_) {
       finish_deadline_ = Clock::now() + seconds(o_.finish_seconds);
+    }
+  }
+}
+
+void Job::open_cause_window(Clock::duration window) {
+  const auto deadline = Clock::now() + window;
+  if (!cause_deadline_ || (window > kCauseWindow && *cause_deadline_ < deadline)) {
+    cause_deadline_ = deadline;
+  }
+}
+
+bool Job::all_heard_of() const {
+  std::set<int> heard = reported_;
+  heard.insert(named_by_mpirun_.begin(), named_by_mpirun_.end());
+  return static_cast<int>(heard.size()) >= o_.np;
+}
+
+void Job::maybe_decide_cause() {
+  if (cause_decided_ || !cause_deadline_) return;
+  // While mpirun ends the job by itself, the process it names is the one to wait for.
+  const bool waiting_for_mpirun = mpirun_messages_.aborting() || stopped_failure_.has_value();
+  if (all_heard_of() || (waiting_for_mpirun && !named_by_mpirun_.empty()) ||
+      Clock::now() >= *cause_deadline_) {
+    decide_cause();
+  }
+}
+
+void Job::decide_cause() {
+  if (cause_decided_) return;
+  cause_decided_ = true;
+  bool inferred = false;
+  if (mpirun_status_ && (mpirun_messages_.aborting() || stopped_failure_)) {
+    // mpirun ended the job by itself and has exited, so every marker that will come has
+    // come. A worker without one, that mpirun did not name either, ended first: its shim
+    // was killed (mpirun does not always name it). mpirun's own status is that of the
+    // first process that failed. These come last, so a named cause is preferred.
+    const size_t named = candidates_.size();
+    for (int rank = 0; rank < o_.np; ++rank) {
+      if (reported_.count(rank) != 0 || named_by_mpirun_.count(rank) != 0) continue;
+      WorkerExit e;
+      e.rank = rank;
+      e.shim_lost = true;
+      e.exit_code = std::max(1, shell_status(*mpirun_status_));
+      candidates_.push_back(e);
+    }
+    cause_ = choose_cause(candidates_);
+    inferred = cause_ && std::none_of(candidates_.begin(), candidates_.begin() + named,
+                                      [&](const WorkerExit& e) { return e.rank == cause_->rank; });
+  } else {
+    cause_ = choose_cause(candidates_);
+  }
+  if (!cause_) return;
+  if (inferred) {
+    say("rank " + std::to_string(cause_->rank) +
+        ": its worker shim ended without reporting (it was killed?); mpirun exited with "
+        "status " +
+        std::to_string(cause_->exit_code));
+  } else {
+    say(describe_exit(*cause_));
+  }
+  if (all_heard_of()) {
+    stop(nullptr);
+  } else if (!stopping_ && !mpirun_status_) {
+    grace_deadline_ = Clock::now() + seconds(o_.grace_seconds);
+    if (o_.grace_seconds > 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "stopping the other workers in %g s (--grace-seconds)",
+                    o_.grace_seconds);
+      say(buf);
     }
   }
 }
@@ -192,6 +300,7 @@ const Clock::time_point* Job::next_deadline() {
   auto consider = [&](const std::optional<Clock::time_point>& d, bool active) {
     if (active && d && (!best || *d < *best)) best = d;
   };
+  consider(cause_deadline_, !cause_decided_);
   consider(grace_deadline_, !stopping_);
   consider(finish_deadline_, !stopping_);
   consider(kill_deadline_, !killed_);
@@ -202,8 +311,9 @@ const Clock::time_point* Job::next_deadline() {
 }
 
 void Job::on_deadlines() {
-  if (mpirun_status_) return;
   const auto now = Clock::now();
+  if (!cause_decided_ && cause_deadline_ && now >= *cause_deadline_) decide_cause();
+  if (mpirun_status_) return;
   if (!stopping_ && grace_deadline_ && now >= *grace_deadline_) {
     stop(nullptr);
   }
@@ -217,9 +327,11 @@ void Job::on_deadlines() {
   }
 }
 
-int Job::exit_status() const {
+int Job::exit_status() {
+  // Everything mpirun said is in: a cause still being collected is chosen now.
+  if (!cause_decided_ && cause_deadline_) decide_cause();
   // A worker that failed before the user interrupted is the more useful answer.
-  if (first_failure_) return first_failure_->status();
+  if (cause_) return cause_->status();
   if (user_signal_ != 0) return 128 + user_signal_;
   const int status = shell_status(*mpirun_status_);
   const int reported = static_cast<int>(reported_.size());
