@@ -1,4 +1,6 @@
 // The public free functions of include/kolo/kolo.h, acting on one default Runtime.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -44,7 +46,11 @@ core::Runtime::CommunicatorFactory single_factory() {
 // other ranks learn that this rank left (as Horovod registers an atexit shutdown).
 // Registered after the first runtime started, so it runs before the exit handlers
 // registered while it started (MPI's finalization, see transport/mpi/mpi_lifetime.h).
+pid_t g_init_pid = 0;  // the process that registered shutdown_at_exit
+
 void shutdown_at_exit() {
+  // A child forked without exec inherits the handler but not the runtime's thread.
+  if (getpid() != g_init_pid) return;
   std::shared_ptr<core::Runtime> runtime;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -99,7 +105,10 @@ void init() {
   }
   g_runtime = std::move(runtime);
   static std::once_flag registered;
-  std::call_once(registered, [] { std::atexit(shutdown_at_exit); });
+  std::call_once(registered, [] {
+    g_init_pid = getpid();
+    std::atexit(shutdown_at_exit);
+  });
 }
 
 void shutdown() {

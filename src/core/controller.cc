@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "common/logging.h"
 
@@ -13,6 +14,12 @@ bool test_bit(const std::vector<std::uint64_t>& w, std::size_t offset, int bit) 
 }
 void set_bit(std::vector<std::uint64_t>& w, std::size_t offset, int bit) {
   w[offset + bit / 64] |= std::uint64_t{1} << (bit % 64);
+}
+// 600 -> "600", 0.5 -> "0.5".
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
 }
 bool cacheable_op(OpType op) {
   return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kAllgather ||
@@ -37,6 +44,10 @@ Controller::Controller(const Config& config, transport::Communicator* comm)
   }
 }
 
+Controller::~Controller() {
+  if (comm_->rank() == 0 && config_.stall_check_seconds > 0) comm_->set_wait_observer({});
+}
+
 std::string Controller::pending_names() const {
   std::vector<std::string> names;
   for (const auto& r : uncached_) names.push_back(r.name);
@@ -55,7 +66,9 @@ void Controller::warn_waiting(transport::Clock::duration waited, const std::vect
   const auto now = Clock::now();
   const auto period = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config_.stall_check_seconds));
-  if (seconds < config_.stall_check_seconds) return;
+  // The wait ends at the peer timeout (both default to 60 s): warn by half of it at the
+  // latest, so that the warning comes before the failure.
+  if (seconds < std::min(config_.stall_check_seconds, config_.peer_timeout_seconds / 2)) return;
   if (last_wait_warning_ != Clock::time_point{} && now - last_wait_warning_ < period) return;
   last_wait_warning_ = now;
   const std::string who = missing.empty() ? "some rank (this transport cannot tell which)"
@@ -66,8 +79,7 @@ void Controller::warn_waiting(transport::Clock::duration waited, const std::vect
                                  "hung outside kolo, or on another machine that is unreachable. "
                                  "Tensors of rank 0 waiting: "
                               << pending_names() << ". They are reported dead after "
-                              << static_cast<int>(config_.peer_timeout_seconds)
-                              << " s (KOLO_PEER_TIMEOUT_SECONDS).";
+                              << config_.peer_timeout_seconds << " s (KOLO_PEER_TIMEOUT_SECONDS).";
 }
 
 transport::Deadline Controller::deadline() const {
@@ -258,12 +270,11 @@ void Controller::propose(const Tunables& tunables) {
 }
 
 std::string Controller::stall_advice() const {
-  std::string what_next =
-      config_.stall_shutdown_seconds > 0
-          ? "kolo stops the job after " +
-                std::to_string(static_cast<long long>(config_.stall_shutdown_seconds)) +
-                " s of stall (KOLO_STALL_SHUTDOWN_SECONDS; 0 = wait forever)."
-          : "KOLO_STALL_SHUTDOWN_SECONDS=0: kolo waits for them forever.";
+  std::string what_next = config_.stall_shutdown_seconds > 0
+                              ? "kolo stops the job after " +
+                                    seconds_text(config_.stall_shutdown_seconds) +
+                                    " s of stall (KOLO_STALL_SHUTDOWN_SECONDS; 0 = wait forever)."
+                              : "KOLO_STALL_SHUTDOWN_SECONDS=0: kolo waits for them forever.";
   return "Those ranks may be stuck, running other code (different tensor names or another "
          "number of steps), or out of data: a rank with no more batches should call "
          "kolo::join(), so the others finish without it. " +

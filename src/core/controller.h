@@ -29,7 +29,11 @@ namespace kolo::core {
 
 class Controller {
  public:
+  // `comm` must outlive the controller (it removes its wait observer from it).
   Controller(const Config& config, transport::Communicator* comm);
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
 
   // Why this rank stops: kolo::shutdown(), or the program ending without it.
   enum class Leave { kNo, kShutdown, kExit };

@@ -99,25 +99,42 @@ TEST(ControllerPeerTest, MalformedRequestListNamesTheSender) {
 // the cycle's first control call, where the table-based stall check cannot run: the
 // coordinator warns from inside the wait, naming the rank and its own waiting tensors,
 // before the peer timeout; once the rank comes back the cycle completes normally.
+void expect_warning_while_stopped(const Config& config, std::chrono::milliseconds stopped_for,
+                                  const std::string& expected);
+
 TEST(ControllerPeerTest, CoordinatorWarnsWhileARankIsStopped) {
   Config config;
   config.peer_timeout_seconds = 20;
   config.stall_check_seconds = 1;
+  expect_warning_while_stopped(config, std::chrono::milliseconds(3500),
+                               "s in negotiation for rank(s) 1");
+}
+
+// With the default stall check (60 s) as long as the peer timeout, the wait would end in
+// a failure before the warning: it comes at half the peer timeout instead.
+TEST(ControllerPeerTest, TheWarningComesBeforeThePeerTimeoutWithTheDefaultCheck) {
+  Config config;
+  config.peer_timeout_seconds = 6;
+  ASSERT_EQ(config.stall_check_seconds, 60.0);
+  expect_warning_while_stopped(config, std::chrono::milliseconds(4500),
+                               "s in negotiation for rank(s) 1");
+}
+
+void expect_warning_while_stopped(const Config& config, std::chrono::milliseconds stopped_for,
+                                  const std::string& expected) {
   transport::InprocWorld world(2);
   auto c0 = world.communicator(0);
   auto c1 = world.communicator(1);
   PeerResult peer;
   ::testing::internal::CaptureStderr();
-  std::thread stopped([&] {
-    peer = forge_cycle(*c1, encode_requests({request_of(1, "w")}), config,
-                       std::chrono::milliseconds(3500));
-  });
+  std::thread stopped(
+      [&] { peer = forge_cycle(*c1, encode_requests({request_of(1, "w")}), config, stopped_for); });
   Controller controller(config, c0.get());
   Controller::Cycle cycle = controller.run({request_of(0, "w")}, Controller::Leave::kNo);
   stopped.join();
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("rank 0 has waited 1 s in negotiation for rank(s) 1"), std::string::npos)
-      << err;
+  EXPECT_NE(err.find("rank 0 has waited "), std::string::npos) << err;
+  EXPECT_NE(err.find(expected), std::string::npos) << err;
   EXPECT_NE(err.find("Tensors of rank 0 waiting: 'w'"), std::string::npos) << err;
   EXPECT_NE(err.find("stopped (SIGSTOP"), std::string::npos) << err;
   ASSERT_TRUE(cycle.fatal.ok()) << cycle.fatal.to_string();

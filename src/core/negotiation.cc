@@ -95,6 +95,12 @@ std::string check_same_shapes(const std::vector<Request>& reqs, const std::strin
     for (const auto& s : r.shapes) counts.push_back(numel(s));
     return counts;
   });
+  // Saturated counts (past INT64_MAX) say nothing about equality.
+  for (const auto& r : reqs) {
+    for (const auto& s : r.shapes) {
+      if (numel(s) == std::numeric_limits<std::int64_t>::max()) same_count = false;
+    }
+  }
   if (same_count) m += " (the same number of elements but different dimensions)";
   return m + ". Every rank must pass a tensor of the same shape.";
 }
@@ -172,6 +178,20 @@ Response make_response(const std::vector<Request>& reqs,
     }
   }
   const std::string what = std::string(op_name(first.op)) + " '" + first.name + "'";
+  // Every rank checks its own dimensions before submitting (Runtime::enqueue), so a
+  // negative one comes from a corrupt or foreign message; refuse it before any sizes are
+  // computed from it.
+  for (const auto& r : reqs) {
+    for (const auto& s : r.shapes) {
+      for (auto d : s) {
+        if (d < 0) {
+          return error(first, ErrorCode::kInvalidArgument,
+                       what + ": rank " + std::to_string(r.rank) + " sent the shape " +
+                           shape_string(s) + " with a negative dimension (a corrupt message)");
+        }
+      }
+    }
+  }
 
   if (!all_same(reqs, [](const Request& r) { return r.op; })) {
     return error(first, ErrorCode::kMismatch,
@@ -277,7 +297,14 @@ Response make_response(const std::vector<Request>& reqs,
       msg = check_same_tails(reqs, what);
       resp.shapes = {first.shapes[0]};
       resp.first_dims.assign(size, 0);
-      for (const auto& r : reqs) resp.first_dims[r.rank] = r.shapes[0][0];
+      std::int64_t rows = 0;
+      for (const auto& r : reqs) {
+        resp.first_dims[r.rank] = r.shapes[0][0];
+        if (__builtin_add_overflow(rows, r.shapes[0][0], &rows)) {
+          return error(first, ErrorCode::kInvalidArgument,
+                       what + ": the ranks' dimension 0 sum to more than 2^63 rows");
+        }
+      }
       break;
     }
     case OpType::kAlltoall: {

@@ -218,12 +218,29 @@ TEST(MakeResponseTest, AlltoallSplitsThatWouldOverflowTheSum) {
 }
 
 // The mismatch message compares element counts of shapes from peers; huge dimensions
-// must not overflow (UBSan: signed integer overflow).
+// must not overflow (UBSan: signed integer overflow), and two different saturated counts
+// are not "the same number of elements".
 TEST(MakeResponseTest, ShapeMismatchWithHugeDimensions) {
-  auto reqs = same(2, OpType::kAllreduce, {1 << 30, 1 << 30});
+  auto reqs = same(2, OpType::kAllreduce, {std::int64_t{1} << 40, std::int64_t{1} << 30});
   reqs[1].shapes = {{std::int64_t{1} << 40, std::int64_t{1} << 40}};
-  EXPECT_TRUE(is_error(make_response(reqs, {}, 2), ErrorCode::kMismatch,
-                       {"allreduce 'x'", "rank 0", "rank 1"}));
+  const Response resp = make_response(reqs, {}, 2);
+  EXPECT_TRUE(is_error(resp, ErrorCode::kMismatch, {"allreduce 'x'", "rank 0", "rank 1"}));
+  EXPECT_EQ(resp.error.find("the same number of elements"), std::string::npos) << resp.error;
+}
+
+// Ranks check their own dimensions before submitting, so a negative one is a corrupt
+// message: refused before sizes are computed from it (allgather's rows, byte counts).
+TEST(MakeResponseTest, NegativeDimensionsFromAPeerAreRefused) {
+  for (OpType op : {OpType::kAllreduce, OpType::kAllgather, OpType::kAlltoall}) {
+    auto reqs = same(2, op, {4, 3});
+    reqs[1].shapes = {{-5, 3}};
+    EXPECT_TRUE(is_error(make_response(reqs, {}, 2), ErrorCode::kInvalidArgument,
+                         {"rank 1 sent the shape [-5, 3] with a negative dimension"}))
+        << op_name(op);
+  }
+  auto reqs = same(2, OpType::kAllgather, {std::numeric_limits<std::int64_t>::max(), 1});
+  EXPECT_TRUE(is_error(make_response(reqs, {}, 2), ErrorCode::kInvalidArgument,
+                       {"allgather 'x'", "more than 2^63 rows"}));
 }
 
 TEST(MakeResponseTest, ReducescatterRules) {

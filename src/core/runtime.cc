@@ -19,7 +19,7 @@ namespace {
 
 // The error of operations still pending when the job stopped: who stopped it, and how.
 std::string shutdown_message(const std::vector<int>& shutdown_ranks,
-                             const std::vector<int>& exited_ranks) {
+                             const std::vector<int>& exited_ranks, int self) {
   std::string who;
   if (!exited_ranks.empty()) {
     who = "rank(s) " + rank_list_string(exited_ranks) +
@@ -31,9 +31,11 @@ std::string shutdown_message(const std::vector<int>& shutdown_ranks,
     who += "rank(s) " + rank_list_string(shutdown_ranks) + " called kolo::shutdown()";
   }
   if (who.empty()) who = "some rank called kolo::shutdown()";
+  const bool only_self = exited_ranks.empty() && shutdown_ranks == std::vector<int>{self};
   return "kolo was shut down while this operation was pending: " + who +
-         ", while this rank waited for it. Every rank must run the same collectives before "
-         "it stops (a rank that runs out of data early calls kolo::join()).";
+         (only_self ? std::string(". ") : std::string(", while this rank waited for it. ")) +
+         "Every rank must run the same collectives before it stops (a rank that runs out of "
+         "data early calls kolo::join()).";
 }
 
 void check_view(const TensorView& v, const std::string& what) {
@@ -106,7 +108,8 @@ void Runtime::shutdown(bool at_exit) {
     if (bell_) bell_->wake_local();
   }
   work_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  // exit() on the runtime's own thread (from a callback) cannot wait for itself.
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
 std::string Runtime::default_name(OpType op) {
@@ -625,7 +628,8 @@ void Runtime::loop() {
     KOLO_LOG(kError, "runtime") << fatal.message();
     fail_all(fatal);
   } else {
-    fail_all(Status(ErrorCode::kShutdown, shutdown_message(shutdown_ranks, exited_ranks)));
+    fail_all(Status(ErrorCode::kShutdown,
+                    shutdown_message(shutdown_ranks, exited_ranks, topology_.rank)));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -636,7 +640,8 @@ void Runtime::loop() {
     std::lock_guard<std::mutex> lock(mu_);
     bell_ = nullptr;  // the communicator owns it
   }
-  comm_.reset();  // on this thread: MPI_Finalize must run where MPI_Init ran
+  sets.clear();   // the controllers use the communicator
+  comm_.reset();  // on this thread, the only one that uses it
 }
 
 }  // namespace kolo::core

@@ -288,12 +288,34 @@ int run_stopped_rank(int rank, int n) {
   kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
   if (rank == 0) {
     const pid_t other = static_cast<pid_t>(static_cast<const std::int64_t*>(pids.data())[1]);
+    // This rank's log lines (stderr) go to a file while rank 1 is stopped, to be checked.
+    std::fflush(stderr);
+    char path[] = "/tmp/kolo-stopped-rank-XXXXXX";
+    const int log = mkstemp(path);
+    const int saved = dup(2);
+    dup2(log, 2);
     kill(other, SIGSTOP);
     kolo::Handle h = kolo::allreduce_async(v, v, {.name = "while-rank-1-is-stopped"});
     std::this_thread::sleep_for(std::chrono::seconds(4));
     kill(other, SIGCONT);
     h.wait();
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::string logged(4096, '\0');
+    const ssize_t got = pread(log, logged.data(), logged.size(), 0);
+    logged.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    close(log);
+    unlink(path);
+    std::fprintf(stderr, "%s", logged.c_str());
+    CHECK(logged.find("rank 0 has waited") != std::string::npos &&
+              logged.find("s in negotiation for rank(s) 1") != std::string::npos,
+          "no warning naming rank 1 while it was stopped; rank 0 logged: %s", logged.c_str());
   } else {
+    // Submit only after rank 0 has stopped this process, so that it is stopped outside
+    // any collective and rank 0 waits in negotiation (a rank stopped inside a data-plane
+    // collective is reported by the peer timeout alone).
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     kolo::allreduce(v, {.name = "while-rank-1-is-stopped"});
   }
   CHECK(g[0] == 1.0f, "average %g", g[0]);

@@ -96,9 +96,11 @@ Status MpiCommunicator::init(const MpiOptions& options) {
   if (provided < MPI_THREAD_FUNNELED || (provided == MPI_THREAD_FUNNELED && !is_main)) {
     return Status(ErrorCode::kUnsupported,
                   std::string("mpi: MPI provides ") + thread_level_name(provided) +
-                      ", but kolo calls MPI from its background thread; initialize MPI with "
-                      "MPI_Init_thread(MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE) or let "
-                      "kolo initialize it");
+                      ", but kolo calls MPI from its background thread, which needs "
+                      "MPI_THREAD_SERIALIZED or better (when the program initializes MPI on "
+                      "that thread's behalf: MPI_Init_thread with MPI_THREAD_SERIALIZED or "
+                      "MPI_THREAD_MULTIPLE; when kolo does, an MPI library built with thread "
+                      "support)");
   }
 
   // After MPI_Init, a failed setup call means MPI is in trouble: leave it alone (broken_)

@@ -99,7 +99,7 @@ void incomplete_ranks(std::vector<MPI_Request>& requests, std::size_t first, int
 }  // namespace
 
 void MpiCommunicator::observe_wait(Clock::time_point start,
-                                   const std::vector<MPI_Request>& requests, std::size_t first) {
+                                   const std::vector<MPI_Request>* requests, std::size_t first) {
   if (!observer_) return;
   const auto now = Clock::now();
   if (now - start < std::chrono::seconds(1) || now < next_report_) return;
@@ -108,9 +108,13 @@ void MpiCommunicator::observe_wait(Clock::time_point start,
   // statuses are untouched.
   std::vector<int> missing;
   for (int r = 1; r < size(); ++r) {
-    MPI_Request req = requests[first + r - 1];
     int flag = 1;
-    if (req != MPI_REQUEST_NULL) MPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+    if (requests) {
+      MPI_Request req = (*requests)[first + r - 1];
+      if (req != MPI_REQUEST_NULL) MPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+    } else {
+      flag = arrived_[r];
+    }
     if (!flag) missing.push_back(r);
   }
   observer_(now - start, missing);
@@ -228,7 +232,7 @@ Status MpiCommunicator::control_and_root(std::vector<std::uint64_t>& words, Cloc
       deadline,
       [&](bool* done) {
         const int rc = testall(requests_, statuses_, done);
-        if (rc == MPI_SUCCESS && !*done) observe_wait(start, requests_, 0);
+        if (rc == MPI_SUCCESS && !*done) observe_wait(start, &requests_, 0);
         return rc;
       },
       &error);
@@ -381,7 +385,14 @@ Status MpiCommunicator::control_gather(const std::string& mine, std::vector<std:
     return MPI_SUCCESS;
   };
   int error = MPI_SUCCESS;
-  const WaitResult result = poll_until(deadline, progress, &error);
+  const WaitResult result = poll_until(
+      deadline,
+      [&](bool* done) {
+        const int rc = progress(done);
+        if (rc == MPI_SUCCESS && !*done) observe_wait(start, nullptr, 0);
+        return rc;
+      },
+      &error);
   if (result == WaitResult::kMpiError) return fail_mpi(where("control_gather"), error);
   missing_.clear();
   for (int r = 1; r < size(); ++r) {

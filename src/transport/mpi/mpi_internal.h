@@ -203,8 +203,9 @@ class MpiCommunicator final : public Communicator {
   WaitObserver observer_;
   Clock::time_point next_report_{};
   // Tells observer_ (at most once a second, after the first) that a control call that
-  // began at `start` still waits for the ranks whose requests[first + r - 1] are pending.
-  void observe_wait(Clock::time_point start, const std::vector<MPI_Request>& requests,
+  // began at `start` still waits for the ranks whose requests[first + r - 1] are pending,
+  // or (without requests) for the ranks whose arrived_ entry is 0.
+  void observe_wait(Clock::time_point start, const std::vector<MPI_Request>* requests,
                     std::size_t first);
 };
 

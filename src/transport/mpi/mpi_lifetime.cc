@@ -2,6 +2,7 @@
 #include "transport/mpi/mpi_lifetime.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -36,6 +37,7 @@ Lifetime& lifetime() {
 std::atomic<int> g_live{0};
 std::atomic<bool> g_broken{false};
 std::atomic<bool> g_owned{false};
+pid_t g_owner_pid = 0;  // the process that started the lifetime thread
 
 void run(Lifetime* l) {
   int provided = MPI_THREAD_SINGLE;
@@ -47,10 +49,16 @@ void run(Lifetime* l) {
   l->cv.notify_all();
   if (rc != MPI_SUCCESS) return;
   l->cv.wait(lock, [l] { return l->exiting; });
-  if (l->finalize) MPI_Finalize();
+  // A program may finalize MPI itself (an `if (!finalized) MPI_Finalize()` at its end):
+  // a second MPI_Finalize would abort.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (l->finalize && !finalized) MPI_Finalize();
 }
 
 void at_exit() {
+  // A child forked without exec inherits the handler but not the thread.
+  if (getpid() != g_owner_pid) return;
   Lifetime& l = lifetime();
   {
     std::lock_guard<std::mutex> lock(l.mu);
@@ -97,6 +105,7 @@ Status ensure_mpi_initialized(int* provided) {
     l.cv.wait(lock, [&l] { return l.done_init; });
     if (l.init_rc == MPI_SUCCESS) {
       g_owned = true;
+      g_owner_pid = getpid();
       std::atexit(at_exit);
     }
   } else {
@@ -113,8 +122,6 @@ Status ensure_mpi_initialized(int* provided) {
   *provided = l.provided;
   return Status::OK();
 }
-
-bool kolo_owns_mpi() { return g_owned; }
 
 void communicator_created() { ++g_live; }
 

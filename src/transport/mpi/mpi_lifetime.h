@@ -7,6 +7,9 @@
 // and asked to finalize by an exit handler. Finalizing is skipped while a communicator is
 // still alive (deliberately leaked after a peer failure) or after one broke: MPI_Finalize
 // synchronises with every rank and would hang on a dead one.
+// A program that lets kolo initialize MPI should not finalize it (kolo checks, and skips
+// its own MPI_Finalize if it did). Since kolo's thread is MPI's main thread, kolo needs
+// MPI_THREAD_SERIALIZED or better from the library (OpenMPI and MPICH give MULTIPLE).
 // Not for: programs that initialize MPI themselves (kolo then never finalizes it).
 #pragma once
 
@@ -17,8 +20,6 @@ namespace kolo::transport::mpi {
 // Initializes MPI (MPI_THREAD_MULTIPLE requested) on the lifetime thread unless this
 // process already did; `*provided` is the thread level MPI gave. Thread-safe.
 Status ensure_mpi_initialized(int* provided);
-// Whether MPI was initialized through ensure_mpi_initialized (so kolo finalizes it).
-bool kolo_owns_mpi();
 // Communicators count themselves, so the exit handler knows whether MPI is still in use.
 void communicator_created();
 void communicator_destroyed(bool broken);
