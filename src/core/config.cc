@@ -33,7 +33,8 @@ const std::vector<OptionDoc>& config_options() {
        "busy, as over MPI"},
       {"KOLO_STALL_CHECK_SECONDS", "60",
        "warn (on rank 0) when some ranks submitted a tensor and others did not for this long, "
-       "or a rank has not taken part in negotiation for this long (stopped or hung); 0 = off; "
+       "or a rank has not taken part in negotiation for this long (or half the peer timeout, if "
+       "shorter: stopped or hung); 0 = off; "
        "at most 604800 (a week)"},
       {"KOLO_STALL_SHUTDOWN_SECONDS", "600",
        "after a stall this long, fail every pending operation on every rank and stop the "
