@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fashion_mnist refuses data it would have trained on silently (issue 11, defect 10):
-# fewer labels than images, a label that is no class of the model, an empty test set.
+# fewer labels than images, a label that is no class of the model, an empty test set,
+# images of another size.
 # Each case must fail (exit != 0) with a message naming the file and the numbers, before
 # any training; a consistent tiny data set must still train. One worker, tiny files.
 # Usage: fashion_mnist_data_test.sh FASHION_MNIST
@@ -47,4 +48,8 @@ empty=$work/empty
 tiny_dataset "$empty" 64 16
 tiny_split "$empty" t10k 0
 expect_refused "$empty" "$empty/t10k-images-idx3-ubyte.gz: 0 images: the test set is empty"
+# Images of another size than the model takes (32 x 32).
+big=$work/big
+TINY_SIDE=32 tiny_dataset "$big" 64 16
+expect_refused "$big" "$big/train-images-idx3-ubyte.gz: images of 32 x 32 pixels; the model takes 28 x 28"
 echo "PASS"

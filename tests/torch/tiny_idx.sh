@@ -4,6 +4,7 @@
 #                                          with the given labels (as many as given)
 #   tiny_dataset DIR [TRAIN [TEST]]        a consistent pair of splits (default 64 and 16
 #                                          images, labels cycling 0..9)
+# TINY_SIDE (default 28) sets the images' rows and columns.
 byte() { printf "\\$(printf '%03o' "$1")"; }
 be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
 tiny_split() {
@@ -11,8 +12,9 @@ tiny_split() {
   shift 3
   mkdir -p "$dir"
   # Pixels: a repeating ramp, so that images are not all zeros (deterministic).
-  { printf '\x00\x00\x08\x03'; be32 "$n"; be32 28; be32 28
-    head -c $((n * 784)) < <(while :; do printf '%s' '0123456789abcdefghijklmnopqrstuvwxyz'; done)
+  local side=${TINY_SIDE:-28}
+  { printf '\x00\x00\x08\x03'; be32 "$n"; be32 "$side"; be32 "$side"
+    head -c $((n * side * side)) < <(while :; do printf '%s' '0123456789abcdefghijklmnopqrstuvwxyz'; done)
   } | gzip -n >"$dir/$split-images-idx3-ubyte.gz"
   { printf '\x00\x00\x08\x01'; be32 $#
     for label; do byte "$label"; done
