@@ -3,7 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
+
+#include "common/format.h"
 
 extern char** environ;
 
@@ -93,12 +94,6 @@ Status bad(const std::string& name, const std::string& value, const std::string&
   return InvalidArgument(name + "=" + value + " is not valid: expected " + want);
 }
 
-std::string num(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-
 // A finite number in [min, max] (strtod also takes "inf" and "nan": both refused).
 Status read_double(const Env& env, const char* name, double min, double max, double* out) {
   auto it = env.find(name);
@@ -107,7 +102,8 @@ Status read_double(const Env& env, const char* name, double min, double max, dou
   const double v = std::strtod(it->second.c_str(), &end);
   if (end == it->second.c_str() || *end != '\0' || !std::isfinite(v) || !(v >= min) ||
       !(v <= max)) {
-    return bad(name, it->second, "a number in [" + num(min) + ", " + num(max) + "]");
+    return bad(name, it->second,
+               "a number in [" + number_string(min) + ", " + number_string(max) + "]");
   }
   *out = v;
   return Status::OK();

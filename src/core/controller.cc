@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 
+#include "common/format.h"
 #include "common/logging.h"
 
 namespace kolo::core {
@@ -14,12 +14,6 @@ bool test_bit(const std::vector<std::uint64_t>& w, std::size_t offset, int bit) 
 }
 void set_bit(std::vector<std::uint64_t>& w, std::size_t offset, int bit) {
   w[offset + bit / 64] |= std::uint64_t{1} << (bit % 64);
-}
-// 600 -> "600", 0.5 -> "0.5".
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 bool cacheable_op(OpType op) {
   return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kAllgather ||
@@ -272,7 +266,7 @@ void Controller::propose(const Tunables& tunables) {
 std::string Controller::stall_advice() const {
   std::string what_next = config_.stall_shutdown_seconds > 0
                               ? "kolo stops the job after " +
-                                    seconds_text(config_.stall_shutdown_seconds) +
+                                    number_string(config_.stall_shutdown_seconds) +
                                     " s of stall (KOLO_STALL_SHUTDOWN_SECONDS; 0 = wait forever)."
                               : "KOLO_STALL_SHUTDOWN_SECONDS=0: kolo waits for them forever.";
   return "Those ranks may be stuck, running other code (different tensor names or another "

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <sstream>
+#include <string>
+
+#include "common/format.h"
 
 namespace kolo::core {
 
@@ -56,12 +58,6 @@ std::string shapes_string(const std::vector<Shape>& shapes) {
   std::string s = "(";
   for (std::size_t i = 0; i < shapes.size(); ++i) s += (i ? ", " : "") + shape_string(shapes[i]);
   return s + ")";
-}
-
-std::string num(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
 }
 
 Response error(const Request& first, ErrorCode code, std::string message) {
@@ -244,10 +240,10 @@ Response make_response(const std::vector<Request>& reqs,
               ".";
       } else if (!all_same(reqs, [](const Request& r) { return r.prescale; })) {
         msg = "Mismatched prescale factors for " + what + ": " +
-              by_value(reqs, [](const Request& r) { return num(r.prescale); }) + ".";
+              by_value(reqs, [](const Request& r) { return number_string(r.prescale); }) + ".";
       } else if (!all_same(reqs, [](const Request& r) { return r.postscale; })) {
         msg = "Mismatched postscale factors for " + what + ": " +
-              by_value(reqs, [](const Request& r) { return num(r.postscale); }) + ".";
+              by_value(reqs, [](const Request& r) { return number_string(r.postscale); }) + ".";
       } else if (!all_same(reqs, [](const Request& r) { return r.wire_dtype; })) {
         msg =
             "Mismatched compression for " + what + " (wire dtype): " +
