@@ -36,7 +36,6 @@ Lifetime& lifetime() {
 
 std::atomic<int> g_live{0};
 std::atomic<bool> g_broken{false};
-std::atomic<bool> g_owned{false};
 pid_t g_owner_pid = 0;  // the process that started the lifetime thread
 
 void run(Lifetime* l) {
@@ -104,20 +103,13 @@ Status ensure_mpi_initialized(int* provided) {
     l.thread = std::thread(run, &l);
     l.cv.wait(lock, [&l] { return l.done_init; });
     if (l.init_rc == MPI_SUCCESS) {
-      g_owned = true;
       g_owner_pid = getpid();
       std::atexit(at_exit);
     }
-  } else {
-    l.cv.wait(lock, [&l] { return l.done_init; });
   }
+  l.cv.wait(lock, [&l] { return l.done_init; });
   if (l.init_rc != MPI_SUCCESS) {
     return Internal("mpi: MPI_Init_thread failed: " + mpi_error_string(l.init_rc));
-  }
-  if (!g_owned) {
-    lock.unlock();
-    MPI_Query_thread(provided);
-    return Status::OK();
   }
   *provided = l.provided;
   return Status::OK();
