@@ -289,18 +289,31 @@ void check_in_place_and_extra_backward() {
   dopt.step();
 }
 
+// Parameters 'a' and 'b' under SGD, 'b' of a shape that differs on rank 1: a user error
+// (different models on different ranks).
+struct MismatchedPair {
+  explicit MismatchedPair(int rank)
+      : a(torch::randn({3}, torch::kDouble).requires_grad_()),
+        b(torch::randn({rank == 1 ? 5 : 4}, torch::kDouble).requires_grad_()),
+        opt(std::vector<torch::Tensor>{a, b}, 0.1) {
+    named.insert("a", a);
+    named.insert("b", b);
+  }
+  torch::Tensor a, b;
+  kolo::NamedTensors named;
+  torch::optim::SGD opt;
+};
+
 void check_mismatched_shapes() {
   // A user error: a parameter whose shape differs between ranks (different models).
   // step() fails on every rank with an error naming it; that .grad stays this rank's own
   // gradient, the other parameter's gradient is still averaged, nothing is updated, and
   // the next step starts clean (the same error again, not a consequence of the first).
   const int rank = kolo::rank(), n = kolo::size();
-  auto a = torch::randn({3}, torch::kDouble).requires_grad_();
-  auto b = torch::randn({rank == 1 ? 5 : 4}, torch::kDouble).requires_grad_();
-  kolo::NamedTensors named;
-  named.insert("a", a);
-  named.insert("b", b);
-  torch::optim::SGD opt(std::vector<torch::Tensor>{a, b}, 0.1);
+  MismatchedPair pair(rank);
+  auto &a = pair.a, &b = pair.b;
+  auto& named = pair.named;
+  auto& opt = pair.opt;
   DistributedOptimizer dopt(opt, named, {.name_prefix = "mismatch."});
   const double scale = rank + 1;
   const torch::Tensor a_before = a.detach().clone(), b_before = b.detach().clone();
@@ -418,12 +431,10 @@ void check_skip_with_failed_reduction() {
   // says so on every rank, naming the tensor and itself; it still zeroes and resets, so
   // the same happens again next time (not "got a gradient after its allreduce started").
   const int rank = kolo::rank();
-  auto a = torch::randn({3}, torch::kDouble).requires_grad_();
-  auto b = torch::randn({rank == 1 ? 5 : 4}, torch::kDouble).requires_grad_();
-  kolo::NamedTensors named;
-  named.insert("a", a);
-  named.insert("b", b);
-  torch::optim::SGD opt(std::vector<torch::Tensor>{a, b}, 0.1);
+  MismatchedPair pair(rank);
+  auto &a = pair.a, &b = pair.b;
+  auto& named = pair.named;
+  auto& opt = pair.opt;
   DistributedOptimizer dopt(opt, named, {.name_prefix = "skipfail."});
   for (int attempt = 0; attempt < 2; ++attempt) {
     (a.sum() + b.pow(2).sum()).backward();
