@@ -15,10 +15,6 @@ bool test_bit(const std::vector<std::uint64_t>& w, std::size_t offset, int bit) 
 void set_bit(std::vector<std::uint64_t>& w, std::size_t offset, int bit) {
   w[offset + bit / 64] |= std::uint64_t{1} << (bit % 64);
 }
-bool cacheable_op(OpType op) {
-  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kAllgather ||
-         op == OpType::kReducescatter;
-}
 }  // namespace
 
 Controller::Controller(const Config& config, transport::Communicator* comm)
@@ -93,8 +89,9 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
   for (auto& r : requests) {
     if (r.op == OpType::kJoin) joined_ = true;
     int bit = -1;
-    const auto lookup = cache_.capacity() > 0 && cacheable_op(r.op) ? cache_.lookup(r, &bit)
-                                                                    : ResponseCache::Lookup::kMiss;
+    const auto lookup = cache_.capacity() > 0 && ResponseCache::cacheable_op(r.op)
+                            ? cache_.lookup(r, &bit)
+                            : ResponseCache::Lookup::kMiss;
     if (lookup == ResponseCache::Lookup::kHit && !hits_.count(bit)) {
       hits_[bit] = Hit{std::move(r), now};
       continue;
@@ -228,7 +225,10 @@ Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
     for (std::size_t sender = 0; sender < all.size() && bad.ok(); ++sender) {
       std::vector<Request> reqs;
       bad = decode_requests(all[sender], &reqs);
-      if (!bad.ok()) {
+      if (bad.code() == ErrorCode::kMismatch) {  // another kolo build
+        bad = Status(bad.code(),
+                     "negotiation: rank " + std::to_string(sender) + " sent " + bad.message());
+      } else if (!bad.ok()) {
         bad = Status(bad.code(), "negotiation: the request list from rank " +
                                      std::to_string(sender) + " is malformed: " + bad.message());
       } else {
@@ -254,7 +254,13 @@ Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
     encoded = encode_response_list(*list);
   }
   KOLO_RETURN_IF_ERROR(comm_->control_broadcast(&encoded, deadline()));
-  if (comm_->rank() != 0) KOLO_RETURN_IF_ERROR(decode_response_list(encoded, list));
+  if (comm_->rank() != 0) {
+    const Status decoded = decode_response_list(encoded, list);
+    if (!decoded.ok()) {
+      return Status(decoded.code(), "negotiation: rank " + std::to_string(comm_->rank()) +
+                                        " got from the coordinator (rank 0) " + decoded.message());
+    }
+  }
   return Status::OK();
 }
 

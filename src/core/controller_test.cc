@@ -95,6 +95,15 @@ TEST(ControllerPeerTest, MalformedRequestListNamesTheSender) {
   expect_both_fail("not a request list", "the request list from rank 1 is malformed");
 }
 
+// A rank running another kolo build (another wire version) stops the job at once, naming
+// the rank and saying what to do, instead of being misread.
+TEST(ControllerPeerTest, AnotherKoloBuildIsNamed) {
+  std::string bytes = encode_requests({request_of(1, "w")});
+  bytes[1] = static_cast<char>(kWireVersion + 1);
+  expect_both_fail(bytes, "rank 1 sent a request message of wire version " +
+                              std::to_string(kWireVersion + 1) + " from another kolo build");
+}
+
 // A rank that takes no part at all (stopped by SIGSTOP or a debugger) blocks rank 0 in
 // the cycle's first control call, where the table-based stall check cannot run: the
 // coordinator warns from inside the wait, naming the rank and its own waiting tensors,

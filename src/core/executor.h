@@ -1,8 +1,9 @@
 // Executor: runs one negotiated response on this rank through the communicator.
 //
 // Implements tensor semantics on top of the byte-level collectives: copying input to
-// output, prescale, averaging and postscale, zeros for joined ranks, output allocation
-// for allgather/alltoall/reducescatter. Not for: deciding what runs (controller.h).
+// output, prescale, averaging and postscale, the op's identity (zero for sums) for joined
+// ranks, output allocation for allgather/alltoall/reducescatter. Not for: deciding what runs
+// (controller.h).
 #pragma once
 
 #include <chrono>
@@ -24,7 +25,8 @@ struct ExecTimes {
 };
 
 // `entry` is null when this rank did not submit the operation because it has joined
-// (allreduce and barrier only): it then takes part with zeros. `times` may be null.
+// (allreduce and barrier only): it then takes part with the op's identity (zero for sums,
+// one for products, the largest value for min, the smallest for max). `times` may be null.
 Status execute_response(transport::Communicator& comm, const Response& response, Entry* entry,
                         transport::Deadline deadline, ExecTimes* times = nullptr);
 
@@ -40,7 +42,7 @@ class FusionBuffer {
 };
 
 // One member of a fused allreduce: the negotiated response and this rank's entry (null
-// when this rank has joined: it contributes zeros).
+// when this rank has joined: it contributes the op's identity).
 struct FusedItem {
   const Response* response;
   Entry* entry;

@@ -1,6 +1,7 @@
 #include "core/message.h"
 
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 
 namespace kolo::core {
@@ -25,41 +26,47 @@ const char* op_name(OpType op) {
   return "unknown-op";
 }
 
-bool Request::same_signature(const Request& o) const {
-  return name == o.name && process_set == o.process_set && op == o.op && dtype == o.dtype &&
-         device == o.device && reduce_op == o.reduce_op && root == o.root &&
-         prescale == o.prescale && postscale == o.postscale && wire_dtype == o.wire_dtype &&
-         shapes == o.shapes && splits == o.splits;
-}
-
 namespace {
 
-// Little-endian fixed-width fields; the control plane only runs between builds of the
-// same kolo, so no versioning beyond a magic byte per message.
+template <typename T>
+struct IsVector : std::false_type {};
+template <typename T>
+struct IsVector<std::vector<T>> : std::true_type {};
+
+// Enum fields arrive as bytes: values no enumerator has are corruption.
+bool in_range(OpType v) { return v <= OpType::kJoin; }
+bool in_range(DataType v) { return static_cast<int>(v) < kNumDataTypes; }
+bool in_range(DeviceKind v) { return v <= DeviceKind::kCUDA; }
+bool in_range(ReduceOp v) { return v <= ReduceOp::kProduct; }
+bool in_range(ErrorCode v) { return v >= ErrorCode::kOk && v <= ErrorCode::kInternal; }
+
+// Little-endian fixed-width scalars, bools as one byte 0/1, strings and vectors as a
+// 32-bit count followed by their elements.
 class Writer {
  public:
   template <typename T>
-  void pod(T v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const auto* p = reinterpret_cast<const char*>(&v);
-    out_.append(p, sizeof v);
+  void put(const T& v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      count(v.size());
+      out_ += v;
+    } else if constexpr (IsVector<T>::value) {
+      count(v.size());
+      for (const auto& x : v) put(x);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      put<std::uint8_t>(v ? 1 : 0);
+    } else {
+      static_assert(std::is_trivially_copyable_v<T>);
+      out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
   }
-  void str(const std::string& s) {
-    pod<std::uint32_t>(static_cast<std::uint32_t>(s.size()));
-    out_ += s;
-  }
-  template <typename T>
-  void vec(const std::vector<T>& v) {
-    pod<std::uint32_t>(static_cast<std::uint32_t>(v.size()));
-    for (const T& x : v) pod<T>(x);
-  }
-  void shapes(const std::vector<Shape>& v) {
-    pod<std::uint32_t>(static_cast<std::uint32_t>(v.size()));
-    for (const auto& s : v) vec(s);
+  template <typename Tuple>
+  void put_all(const Tuple& fields) {
+    std::apply([this](const auto&... f) { (put(f), ...); }, fields);
   }
   std::string take() { return std::move(out_); }
 
  private:
+  void count(std::size_t n) { put<std::uint32_t>(static_cast<std::uint32_t>(n)); }
   std::string out_;
 };
 
@@ -67,102 +74,115 @@ class Reader {
  public:
   explicit Reader(const std::string& in) : in_(in) {}
   template <typename T>
-  bool pod(T* v) {
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool str(std::string* s) {
-    std::uint32_t n;
-    if (!pod(&n) || in_.size() - pos_ < n) return false;
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  template <typename T>
-  bool vec(std::vector<T>* v) {
-    std::uint32_t n;
-    if (!pod(&n) || (in_.size() - pos_) / sizeof(T) < n) return false;
-    v->resize(n);
-    for (auto& x : *v) pod(&x);
-    return true;
-  }
-  bool shapes(std::vector<Shape>* v) {
-    std::uint32_t n;
-    if (!pod(&n) || in_.size() - pos_ < n) return false;
-    v->resize(n);
-    for (auto& s : *v) {
-      if (!vec(&s)) return false;
+  bool get(T* v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      std::uint32_t n;
+      if (!get(&n) || left() < n) return false;
+      v->assign(in_.data() + pos_, n);
+      pos_ += n;
+      return true;
+    } else if constexpr (IsVector<T>::value) {
+      // Each element takes at least min_bytes: a count beyond what is left is refused
+      // before anything is allocated for it.
+      std::uint32_t n;
+      if (!get(&n) || left() / min_bytes<typename T::value_type>() < n) return false;
+      v->resize(n);
+      for (auto& x : *v) {
+        if (!get(&x)) return false;
+      }
+      return true;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      std::uint8_t b;
+      if (!get(&b) || b > 1) return false;
+      *v = b == 1;
+      return true;
+    } else {
+      static_assert(std::is_trivially_copyable_v<T>);
+      if (left() < sizeof(T)) return false;
+      std::memcpy(v, in_.data() + pos_, sizeof(T));
+      pos_ += sizeof(T);
+      if constexpr (std::is_enum_v<T>) return in_range(*v);
+      return true;
     }
-    return true;
+  }
+  template <typename Tuple>
+  bool get_all(Tuple fields) {
+    return std::apply([this](auto&... f) { return (get(&f) && ...); }, fields);
   }
   bool done() const { return pos_ == in_.size(); }
 
  private:
+  template <typename T>
+  static constexpr std::size_t min_bytes() {
+    if constexpr (std::is_same_v<T, std::string> || IsVector<T>::value) {
+      return sizeof(std::uint32_t);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return 1;
+    } else {
+      return sizeof(T);
+    }
+  }
+  std::size_t left() const { return in_.size() - pos_; }
   const std::string& in_;
   std::size_t pos_ = 0;
 };
 
-constexpr std::uint8_t kRequestsMagic = 0x4b;   // 'K'
-constexpr std::uint8_t kResponsesMagic = 0x52;  // 'R'
-
-// Enum fields arrive as bytes; reject values no enumerator has.
-bool valid(const Request& r) {
-  return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
-         static_cast<int>(r.wire_dtype) < kNumDataTypes && r.device <= DeviceKind::kCUDA &&
-         r.reduce_op <= ReduceOp::kProduct;
-}
-bool valid(const Response& r) {
-  return r.op <= OpType::kJoin && static_cast<int>(r.dtype) < kNumDataTypes &&
-         static_cast<int>(r.wire_dtype) < kNumDataTypes && r.device <= DeviceKind::kCUDA &&
-         r.reduce_op <= ReduceOp::kProduct && r.error_code >= ErrorCode::kOk &&
-         r.error_code <= ErrorCode::kInternal;
-}
-bool valid(ErrorCode c) { return c >= ErrorCode::kOk && c <= ErrorCode::kInternal; }
+// The magic bytes of wire version 1 and later; builds before it sent 'K' and 'R'
+// without a version byte.
+constexpr std::uint8_t kRequestsMagic = 'k';
+constexpr std::uint8_t kResponsesMagic = 'r';
+constexpr std::uint8_t kUnversionedRequestsMagic = 'K';
+constexpr std::uint8_t kUnversionedResponsesMagic = 'R';
 
 Status corrupt(const char* what) {
   return Internal(std::string("corrupt ") + what + " message on the control plane");
+}
+
+// Reads the magic byte and the version; an error says whether the bytes are damaged or
+// come from another kolo build.
+Status read_header(Reader& rd, std::uint8_t magic, std::uint8_t unversioned_magic,
+                   const char* what) {
+  std::uint8_t m = 0, version = 0;
+  if (!rd.get(&m)) return corrupt(what);
+  if (m == unversioned_magic) {
+    return Status(ErrorCode::kMismatch,
+                  std::string("a ") + what +
+                      " message from a kolo build older than wire version 1 (this build speaks "
+                      "version " +
+                      std::to_string(kWireVersion) +
+                      "): every process of a job must run the same kolo build");
+  }
+  if (m != magic || !rd.get(&version)) return corrupt(what);
+  if (version != kWireVersion) {
+    return Status(ErrorCode::kMismatch,
+                  std::string("a ") + what + " message of wire version " + std::to_string(version) +
+                      " from another kolo build (this build speaks " + "version " +
+                      std::to_string(kWireVersion) +
+                      "): every process of a job must run the same kolo build");
+  }
+  return Status::OK();
 }
 
 }  // namespace
 
 std::string encode_requests(const std::vector<Request>& requests) {
   Writer w;
-  w.pod(kRequestsMagic);
-  w.pod<std::uint32_t>(static_cast<std::uint32_t>(requests.size()));
-  for (const auto& r : requests) {
-    w.pod(r.rank);
-    w.pod(r.process_set);
-    w.str(r.name);
-    w.pod(r.op);
-    w.pod(r.dtype);
-    w.pod(r.device);
-    w.pod(r.reduce_op);
-    w.pod(r.root);
-    w.pod(r.prescale);
-    w.pod(r.postscale);
-    w.pod(r.wire_dtype);
-    w.shapes(r.shapes);
-    w.vec(r.splits);
-  }
+  w.put(kRequestsMagic);
+  w.put(kWireVersion);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(requests.size()));
+  for (const auto& r : requests) w.put_all(Request::fields(r));
   return w.take();
 }
 
 Status decode_requests(const std::string& bytes, std::vector<Request>* out) {
   Reader rd(bytes);
-  std::uint8_t magic;
+  KOLO_RETURN_IF_ERROR(read_header(rd, kRequestsMagic, kUnversionedRequestsMagic, "request"));
   std::uint32_t n;
-  if (!rd.pod(&magic) || magic != kRequestsMagic || !rd.pod(&n)) return corrupt("request");
+  if (!rd.get(&n)) return corrupt("request");
   out->clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     Request r;
-    if (!rd.pod(&r.rank) || !rd.pod(&r.process_set) || !rd.str(&r.name) || !rd.pod(&r.op) ||
-        !rd.pod(&r.dtype) || !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
-        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) ||
-        !rd.shapes(&r.shapes) || !rd.vec(&r.splits) || !valid(r)) {
-      return corrupt("request");
-    }
+    if (!rd.get_all(Request::fields(r))) return corrupt("request");
     out->push_back(std::move(r));
   }
   return rd.done() ? Status::OK() : corrupt("request");
@@ -170,67 +190,35 @@ Status decode_requests(const std::string& bytes, std::vector<Request>* out) {
 
 std::string encode_response_list(const ResponseList& list) {
   Writer w;
-  w.pod(kResponsesMagic);
-  w.pod(list.abort_code);
-  w.str(list.abort_message);
-  w.pod<std::uint8_t>(list.has_tunables ? 1 : 0);
-  if (list.has_tunables) {
-    w.pod(list.tunables.fusion_threshold_bytes);
-    w.pod(list.tunables.cycle_time_ms);
-    w.pod<std::uint8_t>(list.tunables.hierarchical ? 1 : 0);
-  }
-  w.pod<std::uint32_t>(static_cast<std::uint32_t>(list.responses.size()));
-  for (const auto& r : list.responses) {
-    w.pod(r.op);
-    w.str(r.name);
-    w.pod(r.error_code);
-    w.str(r.error);
-    w.pod(r.dtype);
-    w.pod(r.device);
-    w.pod(r.reduce_op);
-    w.pod(r.root);
-    w.pod(r.prescale);
-    w.pod(r.postscale);
-    w.pod(r.wire_dtype);
-    w.shapes(r.shapes);
-    w.vec(r.first_dims);
-    w.vec(r.splits);
-    w.vec(r.joined_ranks);
-    w.pod(r.last_joined);
-  }
+  w.put(kResponsesMagic);
+  w.put(kWireVersion);
+  w.put(list.abort_code);
+  w.put(list.abort_message);
+  w.put(list.has_tunables);
+  if (list.has_tunables) w.put_all(Tunables::fields(list.tunables));
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(list.responses.size()));
+  for (const auto& r : list.responses) w.put_all(Response::fields(r));
   return w.take();
 }
 
 Status decode_response_list(const std::string& bytes, ResponseList* out) {
   Reader rd(bytes);
-  std::uint8_t magic;
-  std::uint32_t n;
-  std::uint8_t has_tunables = 0, hierarchical = 0;
-  if (!rd.pod(&magic) || magic != kResponsesMagic || !rd.pod(&out->abort_code) ||
-      !valid(out->abort_code) || !rd.str(&out->abort_message) || !rd.pod(&has_tunables) ||
-      has_tunables > 1) {
+  KOLO_RETURN_IF_ERROR(read_header(rd, kResponsesMagic, kUnversionedResponsesMagic, "response"));
+  out->tunables = Tunables{};
+  if (!rd.get(&out->abort_code) || !rd.get(&out->abort_message) || !rd.get(&out->has_tunables)) {
     return corrupt("response");
   }
-  out->has_tunables = has_tunables == 1;
-  out->tunables = Tunables{};
   if (out->has_tunables &&
-      (!rd.pod(&out->tunables.fusion_threshold_bytes) || !rd.pod(&out->tunables.cycle_time_ms) ||
-       !rd.pod(&hierarchical) || hierarchical > 1 || out->tunables.fusion_threshold_bytes < 0 ||
+      (!rd.get_all(Tunables::fields(out->tunables)) || out->tunables.fusion_threshold_bytes < 0 ||
        !(out->tunables.cycle_time_ms >= 0))) {
     return corrupt("response");
   }
-  out->tunables.hierarchical = hierarchical == 1;
-  if (!rd.pod(&n)) return corrupt("response");
+  std::uint32_t n;
+  if (!rd.get(&n)) return corrupt("response");
   out->responses.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     Response r;
-    if (!rd.pod(&r.op) || !rd.str(&r.name) || !rd.pod(&r.error_code) || !rd.str(&r.error) ||
-        !rd.pod(&r.dtype) || !rd.pod(&r.device) || !rd.pod(&r.reduce_op) || !rd.pod(&r.root) ||
-        !rd.pod(&r.prescale) || !rd.pod(&r.postscale) || !rd.pod(&r.wire_dtype) ||
-        !rd.shapes(&r.shapes) || !rd.vec(&r.first_dims) || !rd.vec(&r.splits) ||
-        !rd.vec(&r.joined_ranks) || !rd.pod(&r.last_joined) || !valid(r)) {
-      return corrupt("response");
-    }
+    if (!rd.get_all(Response::fields(r))) return corrupt("response");
     out->responses.push_back(std::move(r));
   }
   return rd.done() ? Status::OK() : corrupt("response");

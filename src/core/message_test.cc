@@ -6,44 +6,76 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kolo::core {
 namespace {
 
+// Index of the first field in which a and b differ (by the message's field list), or -1.
+template <typename M>
+int first_difference(const M& a, const M& b) {
+  int index = -1, i = 0;
+  std::apply(
+      [&](const auto&... fa) {
+        std::apply(
+            [&](const auto&... fb) { ((index < 0 && !(fa == fb) ? index = i : 0, ++i), ...); },
+            M::fields(b));
+      },
+      M::fields(a));
+  return index;
+}
+
+// A value of the same type that differs from `v` (and is valid on the wire).
+template <typename T>
+void perturb(T& v) {
+  if constexpr (std::is_enum_v<T>) {
+    v = static_cast<T>(static_cast<int>(v) == 0 ? 1 : 0);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    v = !v;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    v += "x";
+  } else if constexpr (requires { v.emplace_back(); }) {
+    v.emplace_back();
+  } else {
+    v = v * 2 + 1;
+  }
+}
+
+template <typename M, typename Encode, typename Decode, std::size_t... I>
+void expect_each_field_matters(const M& base, Encode encode, Decode decode,
+                               std::index_sequence<I...>) {
+  auto one = [&](auto index) {
+    M changed = base;
+    perturb(std::get<index.value>(M::fields(changed)));
+    EXPECT_EQ(first_difference(base, changed), static_cast<int>(index.value));
+    EXPECT_FALSE(changed == base) << "field " << index.value;
+    EXPECT_NE(encode(changed), encode(base)) << "field " << index.value << " is not encoded";
+    M back;
+    ASSERT_TRUE(decode(encode(changed), &back)) << "field " << index.value;
+    EXPECT_EQ(first_difference(back, changed), -1) << "field " << index.value;
+  };
+  (one(std::integral_constant<std::size_t, I>{}), ...);
+}
+
+template <typename M, typename Encode, typename Decode>
+void expect_every_field_matters(const M& base, Encode encode, Decode decode) {
+  M probe = base;
+  constexpr std::size_t n = std::tuple_size_v<decltype(M::fields(probe))>;
+  expect_each_field_matters(base, encode, decode, std::make_index_sequence<n>{});
+}
+
 void expect_same(const Request& a, const Request& b) {
-  EXPECT_EQ(a.rank, b.rank);
-  EXPECT_EQ(a.process_set, b.process_set);
+  EXPECT_TRUE(a == b) << "request '" << a.name << "' differs in field " << first_difference(a, b)
+                      << " of Request::fields";
   EXPECT_TRUE(a.same_signature(b)) << a.name << " vs " << b.name;
-  // same_signature covers these; spelled out so a failure names the field.
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.op, b.op);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.device, b.device);
-  EXPECT_EQ(a.reduce_op, b.reduce_op);
-  EXPECT_EQ(a.root, b.root);
-  EXPECT_EQ(a.prescale, b.prescale);
-  EXPECT_EQ(a.postscale, b.postscale);
-  EXPECT_EQ(a.shapes, b.shapes);
-  EXPECT_EQ(a.splits, b.splits);
 }
 
 void expect_same(const Response& a, const Response& b) {
-  EXPECT_EQ(a.op, b.op);
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.error_code, b.error_code);
-  EXPECT_EQ(a.error, b.error);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.device, b.device);
-  EXPECT_EQ(a.reduce_op, b.reduce_op);
-  EXPECT_EQ(a.root, b.root);
-  EXPECT_EQ(a.prescale, b.prescale);
-  EXPECT_EQ(a.postscale, b.postscale);
-  EXPECT_EQ(a.shapes, b.shapes);
-  EXPECT_EQ(a.first_dims, b.first_dims);
-  EXPECT_EQ(a.splits, b.splits);
-  EXPECT_EQ(a.joined_ranks, b.joined_ranks);
-  EXPECT_EQ(a.last_joined, b.last_joined);
+  EXPECT_TRUE(a == b) << "response '" << a.name << "' differs in field " << first_difference(a, b)
+                      << " of Response::fields";
 }
 
 // Every field away from its default.
@@ -204,16 +236,16 @@ TEST(MessageTest, HugeLengthFieldsFail) {
   one.name = "abc";
   one.shapes = {{2}};
   const std::string bytes = encode_requests({one});
-  // Layout: magic(1) count(4) rank(4) process_set(4) name_len(4) "abc" ...
+  // Layout: magic(1) version(1) count(4) rank(4) process_set(4) name_len(4) "abc" ...
   const std::uint32_t huge = 0xffffffffu;
-  for (std::size_t offset : {std::size_t{1}, std::size_t{13}}) {
+  for (std::size_t offset : {std::size_t{2}, std::size_t{14}}) {
     std::string bad = bytes;
     std::memcpy(bad.data() + offset, &huge, sizeof huge);
     std::vector<Request> out;
     EXPECT_FALSE(decode_requests(bad, &out).ok()) << "length field at " << offset;
   }
   // shapes count follows name(3) op dtype device reduce_op(4) root(4) prescale postscale(16).
-  const std::size_t shapes_at = 1 + 4 + 4 + 4 + 4 + 3 + 4 + 4 + 16;
+  const std::size_t shapes_at = 2 + 4 + 4 + 4 + 4 + 3 + 4 + 4 + 16 + 1;  // + wire_dtype
   for (std::size_t offset : {shapes_at, shapes_at + 4}) {  // shape count, first shape's rank
     std::string bad = bytes;
     std::memcpy(bad.data() + offset, &huge, sizeof huge);
@@ -254,7 +286,7 @@ TEST(MessageTest, OutOfRangeEnumValuesFail) {
   Request one;
   one.name = "abc";
   const std::string bytes = encode_requests({one});
-  const std::size_t enums_at = 1 + 4 + 4 + 4 + 4 + 3;  // op, dtype, device, reduce_op
+  const std::size_t enums_at = 2 + 4 + 4 + 4 + 4 + 3;  // op, dtype, device, reduce_op
   const char* fields[] = {"op", "dtype", "device", "reduce_op"};
   for (std::size_t k = 0; k < 4; ++k) {
     std::string bad = bytes;
@@ -266,15 +298,113 @@ TEST(MessageTest, OutOfRangeEnumValuesFail) {
   ResponseList list;
   list.responses = {r};
   const std::string rbytes = encode_response_list(list);
-  // magic(1) abort_code(4) abort_message(4) count(4) op(1)
+  // magic(1) version(1) abort_code(4) abort_message(4) has_tunables(1) count(4) op(1)
+  const std::size_t op_at = 1 + 1 + 4 + 4 + 1 + 4;
+  ASSERT_EQ(rbytes[op_at], static_cast<char>(OpType::kAllreduce));
   std::string bad = rbytes;
-  bad[1 + 4 + 4 + 4] = static_cast<char>(0xee);
+  bad[op_at] = static_cast<char>(0xee);
   ResponseList out;
   EXPECT_FALSE(decode_response_list(bad, &out).ok()) << "response op = 0xee was accepted";
+  bad[op_at] = static_cast<char>(OpType::kJoin);  // the same place with a valid op decodes
+  EXPECT_TRUE(decode_response_list(bad, &out).ok());
   bad = rbytes;
   const std::int32_t bad_code = 1000;
-  std::memcpy(bad.data() + 1, &bad_code, sizeof bad_code);
+  std::memcpy(bad.data() + 2, &bad_code, sizeof bad_code);
   EXPECT_FALSE(decode_response_list(bad, &out).ok()) << "abort_code = 1000 was accepted";
+}
+
+// Two kolo builds in one job: a message of another wire version, or from a build before
+// versions (no version byte), is refused as such rather than misread.
+TEST(MessageTest, OtherWireVersionsAreRefusedSayingSo) {
+  std::string reqs = encode_requests(sample_requests());
+  std::string list = encode_response_list(sample_response_list());
+  ASSERT_EQ(static_cast<std::uint8_t>(reqs[1]), kWireVersion);
+  ASSERT_EQ(static_cast<std::uint8_t>(list[1]), kWireVersion);
+  reqs[1] = static_cast<char>(kWireVersion + 1);
+  list[1] = static_cast<char>(kWireVersion + 1);
+  std::vector<Request> out;
+  ResponseList out_list;
+  Status s = decode_requests(reqs, &out);
+  EXPECT_EQ(s.code(), ErrorCode::kMismatch);
+  EXPECT_NE(s.message().find("request message of wire version " + std::to_string(kWireVersion + 1) +
+                             " from another kolo build"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("same kolo build"), std::string::npos) << s.message();
+  s = decode_response_list(list, &out_list);
+  EXPECT_EQ(s.code(), ErrorCode::kMismatch);
+  EXPECT_NE(s.message().find("response message of wire version"), std::string::npos) << s.message();
+  // A build before versions started with 'K' / 'R' and a count.
+  s = decode_requests(std::string("K\1\0\0\0", 5), &out);
+  EXPECT_EQ(s.code(), ErrorCode::kMismatch);
+  EXPECT_NE(s.message().find("older than wire version 1"), std::string::npos) << s.message();
+  s = decode_response_list(std::string("R\0\0\0\0", 5), &out_list);
+  EXPECT_EQ(s.code(), ErrorCode::kMismatch);
+}
+
+// Aggregate initialisation from N values compiles only for N up to the number of
+// members: the largest such N is the member count.
+struct AnyField {
+  template <typename T>
+  operator T() const;
+};
+template <typename T, typename... Fields>
+constexpr std::size_t member_count() {
+  if constexpr (requires { T{Fields{}..., AnyField{}}; }) {
+    return member_count<T, Fields..., AnyField>();
+  } else {
+    return sizeof...(Fields);
+  }
+}
+
+// The one field list of each message names every member: a field added to the struct but
+// not to `fields` would be silently dropped on the wire (and from the cache's comparison).
+TEST(MessageTest, FieldListsNameEveryMember) {
+  Request r;
+  Response p;
+  Tunables t;
+  EXPECT_EQ(std::tuple_size_v<decltype(Request::fields(r))>, member_count<Request>());
+  EXPECT_EQ(std::tuple_size_v<decltype(Request::signature_fields(r))> + 1, member_count<Request>());
+  EXPECT_EQ(std::tuple_size_v<decltype(Response::fields(p))>, member_count<Response>());
+  EXPECT_EQ(std::tuple_size_v<decltype(Tunables::fields(t))>, member_count<Tunables>());
+}
+
+// Every field is encoded and compared: changing any one of them changes the encoding,
+// breaks ==, and still round-trips.
+TEST(MessageTest, EveryFieldIsEncodedAndCompared) {
+  auto encode_request = [](const Request& r) { return encode_requests({r}); };
+  auto decode_request = [](const std::string& bytes, Request* r) {
+    std::vector<Request> out;
+    const Status s = decode_requests(bytes, &out);
+    if (s.ok() && out.size() == 1) *r = out[0];
+    return s.ok() && out.size() == 1;
+  };
+  expect_every_field_matters(sample_requests()[0], encode_request, decode_request);
+  auto encode_response = [](const Response& r) {
+    ResponseList list;
+    list.responses = {r};
+    return encode_response_list(list);
+  };
+  auto decode_response = [](const std::string& bytes, Response* r) {
+    ResponseList list;
+    const Status s = decode_response_list(bytes, &list);
+    if (s.ok() && list.responses.size() == 1) *r = list.responses[0];
+    return s.ok() && list.responses.size() == 1;
+  };
+  expect_every_field_matters(sample_response_list().responses[0], encode_response, decode_response);
+  auto encode_tunables = [](const Tunables& t) {
+    ResponseList list;
+    list.has_tunables = true;
+    list.tunables = t;
+    return encode_response_list(list);
+  };
+  auto decode_tunables = [](const std::string& bytes, Tunables* t) {
+    ResponseList list;
+    const bool ok = decode_response_list(bytes, &list).ok() && list.has_tunables;
+    if (ok) *t = list.tunables;
+    return ok;
+  };
+  expect_every_field_matters(sample_response_list().tunables, encode_tunables, decode_tunables);
 }
 
 TEST(MessageTest, SameSignatureIgnoresRankOnly) {
@@ -297,6 +427,8 @@ TEST(MessageTest, SameSignatureIgnoresRankOnly) {
   EXPECT_TRUE(differs([](Request& r) { r.postscale = 1; }));
   EXPECT_TRUE(differs([](Request& r) { r.shapes[0][0] = 5; }));
   EXPECT_TRUE(differs([](Request& r) { r.splits.clear(); }));
+  EXPECT_TRUE(differs([](Request& r) { r.process_set = 0; }));
+  EXPECT_TRUE(differs([](Request& r) { r.wire_dtype = DataType::kFloat16; }));
 }
 
 TEST(MessageTest, OpNames) {

@@ -19,8 +19,8 @@ using Clock = std::chrono::steady_clock;
 
 // The response for one name, built from the requests of the ranks that submitted it
 // (sorted by rank). `joined` are the ranks that have called join() and take part in
-// allreduces with zeros. Returns an error response when ranks disagree or an argument is
-// invalid; the message names the tensor, the ranks and their values.
+// allreduces with the op's identity (zero for sums). Returns an error response when ranks disagree
+// or an argument is invalid; the message names the tensor, the ranks and their values.
 Response make_response(const std::vector<Request>& requests,
                        const std::vector<std::int32_t>& joined, int size);
 

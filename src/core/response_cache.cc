@@ -9,10 +9,13 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& request, int* bit) co
   return slots_[it->second].request.same_signature(request) ? Lookup::kHit : Lookup::kInvalid;
 }
 
+bool ResponseCache::cacheable_op(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kAllgather ||
+         op == OpType::kReducescatter;
+}
+
 bool ResponseCache::cacheable(const Response& r) {
-  if (r.is_error() || !r.joined_ranks.empty()) return false;
-  return r.op == OpType::kAllreduce || r.op == OpType::kBroadcast || r.op == OpType::kAllgather ||
-         r.op == OpType::kReducescatter;
+  return !r.is_error() && r.joined_ranks.empty() && cacheable_op(r.op);
 }
 
 int ResponseCache::put(const Response& response, const Request& request) {

@@ -29,8 +29,10 @@ class ResponseCache {
   // must make every rank erase it before the name is negotiated again.
   Lookup lookup(const Request& request, int* bit) const;
 
-  // Whether a response may be cached: successful allreduce, broadcast, allgather or
-  // reducescatter with no joined ranks.
+  // Ops whose responses may be cached: allreduce, broadcast, allgather, reducescatter.
+  static bool cacheable_op(OpType op);
+  // Whether a response may be cached: a successful response of a cacheable op with no
+  // joined ranks.
   static bool cacheable(const Response& response);
   // Stores `response` with this rank's `request` under the name. Returns the bit of the
   // entry that was evicted to make room (-1 if none); its pending hits must be renegotiated.
