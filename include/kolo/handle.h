@@ -8,10 +8,8 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,7 +19,7 @@
 namespace kolo {
 
 namespace detail {
-struct HandleState;
+struct HandleState;  // the runtime's side (src/core/handle_state.h)
 }  // namespace detail
 
 class Handle {
@@ -70,28 +68,4 @@ class Handle {
   std::shared_ptr<detail::HandleState> state_;
 };
 
-namespace detail {
-
-// Shared between the caller's Handle copies and the runtime. The runtime fills results
-// and calls complete() exactly once.
-struct HandleState {
-  std::string name;
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;                // guarded by mu
-  ErrorCode code = ErrorCode::kOk;  // guarded by mu
-  std::string message;              // guarded by mu
-  Tensor output;                    // written before complete(), read after
-  std::vector<std::int64_t> received_splits;
-  int last_joined_rank = -1;
-  Handle::Times times;  // guarded by mu
-  // Memory the operation reads or writes, owned by an adapter: released with the last
-  // reference to this state (after completion), so a caller may drop its Handle early.
-  std::shared_ptr<void> keep_alive;
-
-  void mark_started();
-  void complete(ErrorCode code, std::string message);
-};
-
-}  // namespace detail
 }  // namespace kolo

@@ -4,10 +4,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace kolo {
 
 // A double as in "%g": 600 -> "600", 0.5 -> "0.5", 1e10 -> "1e+10".
 std::string number_string(double v);
+
+// The one form of a list of ranks in messages: "rank 3", "ranks 0, 2, 5"; past 16 ranks
+// "ranks 0, 1, ..., 15, ... (40 ranks)".
+std::string ranks_string(const std::vector<int>& ranks);
 
 }  // namespace kolo

@@ -1,7 +1,9 @@
 // Implementation of the public value types in include/kolo/types.h.
-#include <numeric>
-
 #include "kolo/types.h"
+
+#include <limits>
+
+#include "common/shape.h"
 
 namespace kolo {
 
@@ -71,19 +73,28 @@ const char* reduce_op_name(ReduceOp op) {
   return "unknown-op";
 }
 
-static std::int64_t product(const std::vector<std::int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1},
-                         [](std::int64_t a, std::int64_t b) { return a * b; });
+std::int64_t shape_numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<std::int64_t>::max();
+  }
+  return n;
 }
 
-std::int64_t TensorView::numel() const { return product(shape); }
+std::size_t row_bytes(const std::vector<std::int64_t>& shape, DataType dtype) {
+  std::size_t n = dtype_size(dtype);
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= static_cast<std::size_t>(shape[i]);
+  return n;
+}
+
+std::int64_t TensorView::numel() const { return shape_numel(shape); }
 
 Tensor::Tensor(DataType dtype, std::vector<std::int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
-  bytes_.resize(static_cast<std::size_t>(product(shape_)) * dtype_size(dtype_));
+  bytes_.resize(static_cast<std::size_t>(shape_numel(shape_)) * dtype_size(dtype_));
 }
 
-std::int64_t Tensor::numel() const { return product(shape_); }
+std::int64_t Tensor::numel() const { return shape_numel(shape_); }
 
 TensorView Tensor::view() {
   TensorView v;

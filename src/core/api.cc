@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "core/config.h"
 #include "core/launch_env.h"
+#include "core/ops.h"
 #include "core/runtime.h"
 #include "kolo/kolo.h"
 #include "transport/inproc/inproc.h"
@@ -134,7 +135,7 @@ int cross_size() { return current()->topology().cross_size; }
 
 Handle allreduce_async(const TensorView& input, const TensorView& output,
                        const AllreduceOptions& options) {
-  return current()->allreduce({input}, {output}, options, /*grouped=*/false);
+  return core::ops::allreduce(*current(), {input}, {output}, options, /*grouped=*/false);
 }
 void allreduce(const TensorView& input, const TensorView& output, const AllreduceOptions& options) {
   allreduce_async(input, output, options).wait();
@@ -146,7 +147,7 @@ void allreduce(const TensorView& tensor, const AllreduceOptions& options) {
 Handle grouped_allreduce_async(const std::vector<TensorView>& inputs,
                                const std::vector<TensorView>& outputs,
                                const AllreduceOptions& options) {
-  return current()->allreduce(inputs, outputs, options, /*grouped=*/true);
+  return core::ops::allreduce(*current(), inputs, outputs, options, /*grouped=*/true);
 }
 void grouped_allreduce(const std::vector<TensorView>& inputs,
                        const std::vector<TensorView>& outputs, const AllreduceOptions& options) {
@@ -154,7 +155,7 @@ void grouped_allreduce(const std::vector<TensorView>& inputs,
 }
 
 Handle allgather_async(const TensorView& input, const AllgatherOptions& options) {
-  return current()->allgather(input, options);
+  return core::ops::allgather(*current(), input, options);
 }
 Tensor allgather(const TensorView& input, const AllgatherOptions& options) {
   Handle h = allgather_async(input, options);
@@ -163,14 +164,14 @@ Tensor allgather(const TensorView& input, const AllgatherOptions& options) {
 }
 
 Handle broadcast_async(const TensorView& tensor, const BroadcastOptions& options) {
-  return current()->broadcast(tensor, options);
+  return core::ops::broadcast(*current(), tensor, options);
 }
 void broadcast(const TensorView& tensor, const BroadcastOptions& options) {
   broadcast_async(tensor, options).wait();
 }
 
 Handle alltoall_async(const TensorView& input, const AlltoallOptions& options) {
-  return current()->alltoall(input, options);
+  return core::ops::alltoall(*current(), input, options);
 }
 AlltoallResult alltoall(const TensorView& input, const AlltoallOptions& options) {
   Handle h = alltoall_async(input, options);
@@ -179,7 +180,7 @@ AlltoallResult alltoall(const TensorView& input, const AlltoallOptions& options)
 }
 
 Handle reducescatter_async(const TensorView& input, const ReducescatterOptions& options) {
-  return current()->reducescatter(input, options);
+  return core::ops::reducescatter(*current(), input, options);
 }
 Tensor reducescatter(const TensorView& input, const ReducescatterOptions& options) {
   Handle h = reducescatter_async(input, options);
@@ -187,10 +188,12 @@ Tensor reducescatter(const TensorView& input, const ReducescatterOptions& option
   return std::move(h.mutable_output());
 }
 
-Handle barrier_async(const BarrierOptions& options) { return current()->barrier(options); }
+Handle barrier_async(const BarrierOptions& options) {
+  return core::ops::barrier(*current(), options);
+}
 void barrier(const BarrierOptions& options) { barrier_async(options).wait(); }
 
-Handle join_async() { return current()->join(); }
+Handle join_async() { return core::ops::join(*current()); }
 int join() {
   Handle h = join_async();
   h.wait();

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include "core/ops.h"
 #include "core/testing/ranks.h"
 
 namespace kolo::core {
@@ -32,8 +33,8 @@ TEST(AutotuneRuntimeTest, EveryRankUsesTheSameValuesAtEveryCycleAndEndsSettled) 
         AllreduceOptions o;
         o.name = "grad." + std::to_string(g);
         o.op = ReduceOp::kSum;
-        handles.push_back(rt.allreduce({view_of(grads[g], DataType::kFloat32)},
-                                       {view_of(grads[g], DataType::kFloat32)}, o, false));
+        handles.push_back(ops::allreduce(rt, {view_of(grads[g], DataType::kFloat32)},
+                                         {view_of(grads[g], DataType::kFloat32)}, o, false));
       }
       for (std::size_t g = 0; g < grads.size(); ++g) {
         handles[g].wait();
@@ -42,7 +43,7 @@ TEST(AutotuneRuntimeTest, EveryRankUsesTheSameValuesAtEveryCycleAndEndsSettled) 
         ASSERT_EQ(grads[g].back(), want) << "step " << step << " grad " << g;
       }
     }
-    rt.barrier({}).wait();
+    ops::barrier(rt, {}).wait();
     history[rank] = rt.tunables_history();
     final_values[rank] = rt.tunables();
   });

@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/ops.h"
 #include "core/testing/ranks.h"
 #include "core/testing/values.h"
 
@@ -85,7 +86,7 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndSize) {
           // Half the ops in place, half into a separate output.
           const bool in_place = (static_cast<int>(o.op) + static_cast<int>(o.dtype)) % 2 == 0;
           TensorView out = in_place ? o.in.view() : o.out.view();
-          o.h = rt.allreduce({o.in.view()}, {out}, opt, false);
+          o.h = ops::allreduce(rt, {o.in.view()}, {out}, opt, false);
           if (in_place) std::swap(o.in, o.out);  // the result lands in `out` either way
         }
         for (auto& o : ops) {
@@ -115,7 +116,7 @@ TEST_P(Collectives, AllgatherEveryDtypeWithUnevenFirstDims) {
           set_value(in.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
         AllgatherOptions o;
         o.name = std::string("ag.") + dtype_name(dtype) + "." + std::to_string(base);
-        Handle h = rt.allgather(in.view(), o);
+        Handle h = ops::allgather(rt, in.view(), o);
         h.wait();
         const Tensor& out = h.output();
         std::int64_t total = 0;
@@ -146,7 +147,7 @@ TEST_P(Collectives, BroadcastEveryDtypeFromEveryRoot) {
         BroadcastOptions o;
         o.name = std::string("bc.") + dtype_name(dtype) + "." + std::to_string(count);
         o.root = root;
-        rt.broadcast(t.view(), o).wait();
+        ops::broadcast(rt, t.view(), o).wait();
         for (std::int64_t i = 0; i < count; ++i) {
           ASSERT_EQ(get_value(t.data(), dtype, i), test_value(root, i, dtype, ReduceOp::kMax))
               << o.name;
@@ -179,7 +180,7 @@ TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
         AlltoallOptions o;
         o.name = std::string("a2a.") + dtype_name(dtype) + "." + std::to_string(scale);
         o.splits = splits;
-        Handle h = rt.alltoall(in.view(), o);
+        Handle h = ops::alltoall(rt, in.view(), o);
         h.wait();
         std::int64_t k_out = 0;
         for (int r = 0; r < n; ++r) {
@@ -196,7 +197,7 @@ TEST_P(Collectives, AlltoallWithAndWithoutSplits) {
         set_value(in.data(), dtype, i, test_value(rank, i, dtype, ReduceOp::kMax));
       AlltoallOptions o;
       o.name = std::string("a2a.even.") + dtype_name(dtype);
-      Handle h = rt.alltoall(in.view(), o);
+      Handle h = ops::alltoall(rt, in.view(), o);
       h.wait();
       ASSERT_EQ(h.output().shape(), (std::vector<std::int64_t>{2 * n, 3}));
       for (int r = 0; r < n; ++r) {
@@ -224,7 +225,7 @@ TEST_P(Collectives, ReducescatterSplitsUnevenRowsLikeHorovod) {
           o.name =
               std::string("rs.") + dtype_name(dtype) + reduce_op_name(op) + std::to_string(count);
           o.op = op;
-          Handle h = rt.reducescatter(in.view(), o);
+          Handle h = ops::reducescatter(rt, in.view(), o);
           h.wait();
           std::int64_t first = 0;
           for (int r = 0; r < rank; ++r) first += rows / n + (r < rows % n ? 1 : 0);
@@ -250,7 +251,7 @@ TEST_P(Collectives, PrescalePostscaleAndGroupedAllreduce) {
     o.op = ReduceOp::kSum;
     o.prescale_factor = 0.5;
     o.postscale_factor = 3.0;
-    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
+    ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
         .wait();
     const float sum = n * (n + 1) / 2.0f;  // sum of 1 + rank
     for (float x : a) EXPECT_FLOAT_EQ(x, sum * 0.5f * 3.0f);
@@ -259,8 +260,8 @@ TEST_P(Collectives, PrescalePostscaleAndGroupedAllreduce) {
     AllreduceOptions g;
     g.name = "group";
     g.op = ReduceOp::kAverage;
-    rt.allreduce({view_of(a2, DataType::kFloat32), view_of(b, DataType::kFloat32)},
-                 {view_of(a2, DataType::kFloat32), view_of(b_out, DataType::kFloat32)}, g, true)
+    ops::allreduce(rt, {view_of(a2, DataType::kFloat32), view_of(b, DataType::kFloat32)},
+                   {view_of(a2, DataType::kFloat32), view_of(b_out, DataType::kFloat32)}, g, true)
         .wait();
     for (float x : a2) EXPECT_FLOAT_EQ(x, sum / n);
     for (float x : b_out) EXPECT_FLOAT_EQ(x, 2.0f);
@@ -269,9 +270,10 @@ TEST_P(Collectives, PrescalePostscaleAndGroupedAllreduce) {
     AllreduceOptions i;
     i.name = "int-average";
     i.op = ReduceOp::kAverage;
-    rt.allreduce({view_of(c, DataType::kInt32)}, {view_of(c, DataType::kInt32)}, i, false).wait();
+    ops::allreduce(rt, {view_of(c, DataType::kInt32)}, {view_of(c, DataType::kInt32)}, i, false)
+        .wait();
     for (auto x : c) EXPECT_EQ(x, 6 * n * (n + 1) / 2 / n);
-    rt.barrier({}).wait();
+    ops::barrier(rt, {}).wait();
   });
 }
 

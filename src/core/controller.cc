@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/deadline.h"
 #include "common/format.h"
 #include "common/logging.h"
 
@@ -54,15 +55,14 @@ std::string Controller::pending_names() const {
 void Controller::warn_waiting(transport::Clock::duration waited, const std::vector<int>& missing) {
   const double seconds = std::chrono::duration<double>(waited).count();
   const auto now = Clock::now();
-  const auto period = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(config_.stall_check_seconds));
+  const auto period = seconds_duration(config_.stall_check_seconds);
   // The wait ends at the peer timeout (both default to 60 s): warn by half of it at the
   // latest, so that the warning comes before the failure.
   if (seconds < std::min(config_.stall_check_seconds, config_.peer_timeout_seconds / 2)) return;
   if (last_wait_warning_ != Clock::time_point{} && now - last_wait_warning_ < period) return;
   last_wait_warning_ = now;
-  const std::string who = missing.empty() ? "some rank (this transport cannot tell which)"
-                                          : "rank(s) " + rank_list_string(missing);
+  const std::string who =
+      missing.empty() ? "some rank (this transport cannot tell which)" : ranks_string(missing);
   KOLO_LOG(kWarning, "stall") << "rank 0 has waited " << static_cast<int>(seconds)
                               << " s in negotiation for " << who
                               << ", which take no part at all: stopped (SIGSTOP, a debugger), "
@@ -73,8 +73,7 @@ void Controller::warn_waiting(transport::Clock::duration waited, const std::vect
 }
 
 transport::Deadline Controller::deadline() const {
-  return transport::Clock::now() + std::chrono::duration_cast<transport::Clock::duration>(
-                                       std::chrono::duration<double>(config_.peer_timeout_seconds));
+  return deadline_after(config_.peer_timeout_seconds);
 }
 
 void Controller::renegotiate_hit(int bit) {
@@ -288,8 +287,7 @@ void Controller::check_stalls(Clock::time_point now) {
   // Look once a second; warn about each stalled name once per KOLO_STALL_CHECK_SECONDS
   // (when that is on; the shutdown below works without it).
   next_stall_check_ = now + std::chrono::seconds(1);
-  const auto period = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(config_.stall_check_seconds));
+  const auto period = seconds_duration(config_.stall_check_seconds);
   std::unordered_map<std::string, Clock::time_point> still_warned;
   const auto stalls =
       warn ? table_.stalls(now, config_.stall_check_seconds) : std::vector<MessageTable::Stall>();
@@ -300,10 +298,10 @@ void Controller::check_stalls(Clock::time_point now) {
       continue;
     }
     still_warned[s.name] = now;
-    KOLO_LOG(kWarning, "stall") << "tensor '" << s.name << "' was submitted by rank(s) "
-                                << rank_list_string(s.submitted) << " but not by rank(s) "
-                                << rank_list_string(s.missing) << " for "
-                                << static_cast<int>(s.seconds) << " s. " << stall_advice();
+    KOLO_LOG(kWarning, "stall") << "tensor '" << s.name << "' was submitted by "
+                                << ranks_string(s.submitted) << " but not by "
+                                << ranks_string(s.missing) << " for " << static_cast<int>(s.seconds)
+                                << " s. " << stall_advice();
   }
   warned_ = std::move(still_warned);
   if (config_.stall_shutdown_seconds > 0 && abort_message_.empty()) {
@@ -312,8 +310,8 @@ void Controller::check_stalls(Clock::time_point now) {
       const auto& s = stalled.front();
       abort_message_ = "stall shutdown after " + std::to_string(static_cast<int>(s.seconds)) +
                        " s (KOLO_STALL_SHUTDOWN_SECONDS): tensor '" + s.name +
-                       "' was submitted by rank(s) " + rank_list_string(s.submitted) +
-                       " but not by rank(s) " + rank_list_string(s.missing);
+                       "' was submitted by " + ranks_string(s.submitted) + " but not by " +
+                       ranks_string(s.missing);
       if (stalled.size() > 1) {
         abort_message_ += " (and " + std::to_string(stalled.size() - 1) + " more stalled tensors)";
       }

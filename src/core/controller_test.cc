@@ -116,7 +116,7 @@ TEST(ControllerPeerTest, CoordinatorWarnsWhileARankIsStopped) {
   config.peer_timeout_seconds = 20;
   config.stall_check_seconds = 1;
   expect_warning_while_stopped(config, std::chrono::milliseconds(3500),
-                               "s in negotiation for rank(s) 1");
+                               "s in negotiation for rank 1");
 }
 
 // With the default stall check (60 s) as long as the peer timeout, the wait would end in
@@ -126,7 +126,7 @@ TEST(ControllerPeerTest, TheWarningComesBeforeThePeerTimeoutWithTheDefaultCheck)
   config.peer_timeout_seconds = 6;
   ASSERT_EQ(config.stall_check_seconds, 60.0);
   expect_warning_while_stopped(config, std::chrono::milliseconds(4500),
-                               "s in negotiation for rank(s) 1");
+                               "s in negotiation for rank 1");
 }
 
 void expect_warning_while_stopped(const Config& config, std::chrono::milliseconds stopped_for,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/ops.h"
 #include "core/runtime.h"
 #include "core/testing/ranks.h"
 
@@ -28,7 +29,8 @@ float sum_of_ranks(Runtime& rt, int rank, const std::string& name) {
   AllreduceOptions o;
   o.name = name;
   o.op = ReduceOp::kSum;
-  rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false).wait();
+  ops::allreduce(rt, {view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
+      .wait();
   return v[0];
 }
 

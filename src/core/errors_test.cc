@@ -3,6 +3,7 @@
 // goes on with the next operation.
 #include <functional>
 
+#include "core/ops.h"
 #include "core/testing/ranks.h"
 
 namespace kolo::core {
@@ -32,7 +33,7 @@ void expect_error_everywhere(int n, const Submit& submit, ErrorCode code,
     AllreduceOptions o;
     o.name = "after-error";
     o.op = ReduceOp::kSum;
-    rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
+    ops::allreduce(rt, {view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
         .wait();
     EXPECT_EQ(v[0], static_cast<float>(n));
   });
@@ -42,7 +43,7 @@ Handle allreduce_of(Runtime& rt, Tensor& t, DataType dtype, std::vector<std::int
                     AllreduceOptions o) {
   t = Tensor(dtype, std::move(shape));
   if (o.name.empty()) o.name = "x";
-  return rt.allreduce({t.view()}, {t.view()}, o, false);
+  return ops::allreduce(rt, {t.view()}, {t.view()}, o, false);
 }
 
 TEST(ErrorsTest, MismatchedShape) {
@@ -81,7 +82,7 @@ TEST(ErrorsTest, MismatchedOperation) {
                             t = Tensor(DataType::kFloat32, {4});
                             BroadcastOptions o;
                             o.name = "x";
-                            return rt.broadcast(t.view(), o);
+                            return ops::broadcast(rt, t.view(), o);
                           },
                           ErrorCode::kMismatch,
                           {"'x'", "allreduce on rank 0", "broadcast on rank 1"});
@@ -121,7 +122,7 @@ TEST(ErrorsTest, MismatchedBroadcastRootAndRootOutOfRange) {
                             BroadcastOptions o;
                             o.name = "b";
                             o.root = rank;
-                            return rt.broadcast(t.view(), o);
+                            return ops::broadcast(rt, t.view(), o);
                           },
                           ErrorCode::kMismatch,
                           {"broadcast 'b'", "root 0 on rank 0", "root 1 on rank 1"});
@@ -131,7 +132,7 @@ TEST(ErrorsTest, MismatchedBroadcastRootAndRootOutOfRange) {
                             BroadcastOptions o;
                             o.name = "b";
                             o.root = 2;
-                            return rt.broadcast(t.view(), o);
+                            return ops::broadcast(rt, t.view(), o);
                           },
                           ErrorCode::kInvalidArgument,
                           {"broadcast 'b'", "root rank 2 is out of range", "2 ranks"});
@@ -143,7 +144,7 @@ TEST(ErrorsTest, AllgatherAndAlltoallWithMismatchedTrailingDimensions) {
                             t = Tensor(DataType::kFloat32, {2, rank == 0 ? 3 : 4});
                             AllgatherOptions o;
                             o.name = "g";
-                            return rt.allgather(t.view(), o);
+                            return ops::allgather(rt, t.view(), o);
                           },
                           ErrorCode::kMismatch,
                           {"allgather 'g'", "[2, 3] on rank 0", "[2, 4] on rank 1"});
@@ -152,7 +153,7 @@ TEST(ErrorsTest, AllgatherAndAlltoallWithMismatchedTrailingDimensions) {
                             t = Tensor(DataType::kFloat32, {2, 2, rank == 0 ? 1 : 2});
                             AlltoallOptions o;
                             o.name = "a";
-                            return rt.alltoall(t.view(), o);
+                            return ops::alltoall(rt, t.view(), o);
                           },
                           ErrorCode::kMismatch,
                           {"alltoall 'a'", "[2, 2, 1] on rank 0", "[2, 2, 2] on rank 1"});
@@ -174,7 +175,7 @@ TEST(ErrorsTest, BadAlltoallSplits) {
                               AlltoallOptions o;
                               o.name = "a";
                               o.splits = bad ? c.splits : std::vector<std::int64_t>{2, 2};
-                              return rt.alltoall(t.view(), o);
+                              return ops::alltoall(rt, t.view(), o);
                             },
                             ErrorCode::kInvalidArgument, {"alltoall 'a' on rank 1", c.part});
   }
@@ -192,7 +193,8 @@ TEST(ErrorsTest, AlltoallPastIntByteCountsFailsEverywhere) {
         AlltoallOptions o;
         o.name = "big";
         o.splits = rank == 0 ? std::vector<std::int64_t>{0, rows} : std::vector<std::int64_t>{0, 0};
-        return rt.alltoall(view_of(small.data(), DataType::kFloat32, {rank == 0 ? rows : 0}), o);
+        return ops::alltoall(rt, view_of(small.data(), DataType::kFloat32, {rank == 0 ? rows : 0}),
+                             o);
       },
       ErrorCode::kInvalidArgument,
       {"alltoall 'big': rank 0 sends 536870913 rows (2147483652 bytes) to rank 1",
@@ -205,10 +207,9 @@ TEST(ErrorsTest, ZeroDimensionalReducescatterAndAllgather) {
                             t = Tensor(DataType::kFloat32, {});
                             ReducescatterOptions o;
                             o.name = "r";
-                            return rt.reducescatter(t.view(), o);
+                            return ops::reducescatter(rt, t.view(), o);
                           },
-                          ErrorCode::kInvalidArgument,
-                          {"reducescatter 'r'", "0-d", "rank(s) 0, 1"});
+                          ErrorCode::kInvalidArgument, {"reducescatter 'r'", "0-d", "ranks 0, 1"});
   expect_error_everywhere(2,
                           [](int rank, Runtime& rt, Tensor& t) {
                             t = Tensor(DataType::kFloat32, rank == 0
@@ -216,9 +217,9 @@ TEST(ErrorsTest, ZeroDimensionalReducescatterAndAllgather) {
                                                                : std::vector<std::int64_t>{1});
                             AllgatherOptions o;
                             o.name = "g";
-                            return rt.allgather(t.view(), o);
+                            return ops::allgather(rt, t.view(), o);
                           },
-                          ErrorCode::kInvalidArgument, {"allgather 'g'", "0-d", "rank(s) 0"});
+                          ErrorCode::kInvalidArgument, {"allgather 'g'", "0-d", "rank 0"});
 }
 
 TEST(ErrorsTest, CpuTensorOnSomeRanksAndGpuOnOthers) {
@@ -229,7 +230,7 @@ TEST(ErrorsTest, CpuTensorOnSomeRanksAndGpuOnOthers) {
                             if (rank == 2) v.device = DeviceKind::kCUDA;
                             AllreduceOptions o;
                             o.name = "dev";
-                            return rt.allreduce({v}, {v}, o, false);
+                            return ops::allreduce(rt, {v}, {v}, o, false);
                           },
                           ErrorCode::kMismatch,
                           {"allreduce 'dev'", "cpu on ranks 0, 1", "cuda on rank 2"});
@@ -242,10 +243,11 @@ TEST(ErrorsTest, NameAlreadyInFlightFailsAtEnqueueOnThatRank) {
     o.name = "dup";
     Handle h;
     if (rank == 0) {
-      h = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
-                       false);
+      h = ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
+                         false);
       try {
-        rt.allreduce({view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)}, o, false);
+        ops::allreduce(rt, {view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)}, o,
+                       false);
         ADD_FAILURE() << "duplicate name accepted";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kDuplicateName);
@@ -254,10 +256,10 @@ TEST(ErrorsTest, NameAlreadyInFlightFailsAtEnqueueOnThatRank) {
             << e.what();
       }
     }
-    rt.barrier({}).wait();  // rank 1 submits only after rank 0 tried the duplicate
+    ops::barrier(rt, {}).wait();  // rank 1 submits only after rank 0 tried the duplicate
     if (rank == 1) {
-      h = rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
-                       false);
+      h = ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
+                         false);
     }
     h.wait();
     EXPECT_EQ(a[0], 1.0f);
@@ -268,15 +270,15 @@ TEST(ErrorsTest, LocalArgumentErrorsThrowAtEnqueue) {
   run_ranks(1, test_config(), [](int, Runtime& rt) {
     std::vector<float> a(4);
     std::vector<double> b(4);
-    EXPECT_THROW(
-        rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(b, DataType::kFloat64)}, {}, false),
-        Error);
-    EXPECT_THROW(rt.allreduce({}, {}, {}, true), Error);
+    EXPECT_THROW(ops::allreduce(rt, {view_of(a, DataType::kFloat32)},
+                                {view_of(b, DataType::kFloat64)}, {}, false),
+                 Error);
+    EXPECT_THROW(ops::allreduce(rt, {}, {}, {}, true), Error);
     TensorView null_data = view_of(nullptr, DataType::kFloat32, {3});
-    EXPECT_THROW(rt.allreduce({null_data}, {null_data}, {}, false), Error);
+    EXPECT_THROW(ops::allreduce(rt, {null_data}, {null_data}, {}, false), Error);
     AllgatherOptions other_set;
     other_set.process_set = 3;
-    EXPECT_THROW(rt.allgather(view_of(a, DataType::kFloat32), other_set), Error);
+    EXPECT_THROW(ops::allgather(rt, view_of(a, DataType::kFloat32), other_set), Error);
     // Negative dimensions even when their product is positive, and sizes past 64 bits.
     auto expect_invalid = [](const std::function<void()>& f, const std::string& part) {
       try {
@@ -291,21 +293,22 @@ TEST(ErrorsTest, LocalArgumentErrorsThrowAtEnqueue) {
     neg.name = "neg";
     expect_invalid(
         [&] {
-          rt.allgather(view_of(a.data(), DataType::kFloat32, {-2, -2}), neg);
+          ops::allgather(rt, view_of(a.data(), DataType::kFloat32, {-2, -2}), neg);
         },
         "negative dimension [-2, -2]");
     AllreduceOptions huge;
     huge.name = "huge";
     TensorView big = view_of(a.data(), DataType::kFloat32, {std::int64_t{1} << 40, 1 << 22});
-    expect_invalid([&] { rt.allreduce({big}, {big}, huge, false); }, "does not fit in 64 bits");
+    expect_invalid([&] { ops::allreduce(rt, {big}, {big}, huge, false); },
+                   "does not fit in 64 bits");
     // The fixed names of join() and barrier() are not tensor names.
     for (const char* reserved : {"join", "barrier"}) {
       AllreduceOptions o;
       o.name = reserved;
       expect_invalid(
           [&] {
-            rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o,
-                         false);
+            ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)},
+                           o, false);
           },
           "reserved");
     }

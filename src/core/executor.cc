@@ -6,6 +6,7 @@
 
 #include "common/convert.h"
 #include "common/reduce.h"
+#include "common/shape.h"
 #include "core/fusion.h"
 #include "core/negotiation.h"
 
@@ -14,18 +15,7 @@ namespace {
 
 using transport::Deadline;
 
-std::int64_t numel(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-// Bytes of one dim-0 row of `shape`.
-std::size_t row_bytes(const Shape& shape, DataType dtype) {
-  std::size_t n = dtype_size(dtype);
-  for (std::size_t i = 1; i < shape.size(); ++i) n *= static_cast<std::size_t>(shape[i]);
-  return n;
-}
+std::int64_t numel(const Shape& s) { return shape_numel(s); }
 
 // Averaging divides the sum by the number of ranks (joined ranks included).
 double average_divisor(const Response& r, int size) {

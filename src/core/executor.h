@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/entry.h"
 #include "core/message.h"
-#include "core/runtime.h"
 #include "transport/communicator.h"
 
 namespace kolo::core {

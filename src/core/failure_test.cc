@@ -3,6 +3,7 @@
 
 #include <functional>
 
+#include "core/ops.h"
 #include "core/testing/ranks.h"
 
 namespace kolo::core {
@@ -32,15 +33,15 @@ TEST(FailureTest, DeadRankMakesOthersFailWithinThePeerTimeoutNamingIt) {
           return;
         }
         const auto start = Clock::now();
-        Handle h = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)},
-                                o, false);
+        Handle h = ops::allreduce(rt, {view_of(v, DataType::kFloat32)},
+                                  {view_of(v, DataType::kFloat32)}, o, false);
         ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
         EXPECT_EQ(h.error_code(), ErrorCode::kPeerFailure) << h.error_message();
-        EXPECT_NE(h.error_message().find("rank(s) 2"), std::string::npos) << h.error_message();
+        EXPECT_NE(h.error_message().find("rank 2"), std::string::npos) << h.error_message();
         EXPECT_LT(seconds_since(start), 5.0);
         // The runtime stays failed: new operations fail at once with the same error.
         try {
-          rt.barrier({});
+          ops::barrier(rt, {});
           ADD_FAILURE() << "operation accepted after peer failure";
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), ErrorCode::kPeerFailure);
@@ -61,7 +62,8 @@ void with_rank_1_gone_quiet(
     AllreduceOptions o;
     o.name = "cached";
     for (int i = 0; i < 2; ++i) {
-      rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false)
+      ops::allreduce(rt, {view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o,
+                     false)
           .wait();
     }
     if (rank == 1) {
@@ -82,23 +84,23 @@ TEST(FailureTest, StallInspectorWarnsThenShutsDownNamingTensorAndRanks) {
     const auto start = Clock::now();
     AllreduceOptions lonely;
     lonely.name = "lonely";
-    Handle h1 = rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)},
-                             lonely, false);
-    Handle h2 =
-        rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+    Handle h1 = ops::allreduce(rt, {view_of(v, DataType::kFloat32)},
+                               {view_of(v, DataType::kFloat32)}, lonely, false);
+    Handle h2 = ops::allreduce(rt, {view_of(v, DataType::kFloat32)},
+                               {view_of(v, DataType::kFloat32)}, o, false);
     EXPECT_FALSE(h1.wait_for(std::chrono::milliseconds(500)));  // stalled, not failed yet
     ASSERT_TRUE(h1.wait_for(std::chrono::seconds(15)));
     ASSERT_TRUE(h2.wait_for(std::chrono::seconds(15)));
     EXPECT_EQ(h1.error_code(), ErrorCode::kStalled) << h1.error_message();
     EXPECT_EQ(h2.error_code(), ErrorCode::kStalled) << h2.error_message();
-    EXPECT_NE(h1.error_message().find("not by rank(s) 1"), std::string::npos) << h1.error_message();
+    EXPECT_NE(h1.error_message().find("not by rank 1"), std::string::npos) << h1.error_message();
     EXPECT_LT(seconds_since(start), 10.0);
   });
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("tensor 'lonely' was submitted by rank(s) 0 but not by rank(s) 1"),
+  EXPECT_NE(err.find("tensor 'lonely' was submitted by rank 0 but not by rank 1"),
             std::string::npos)
       << err;
-  EXPECT_NE(err.find("tensor 'cached' was submitted by rank(s) 0 but not by rank(s) 1"),
+  EXPECT_NE(err.find("tensor 'cached' was submitted by rank 0 but not by rank 1"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("[kolo 0 warning stall]"), std::string::npos) << err;
@@ -115,8 +117,8 @@ TEST(FailureTest, StallShutdownWorksWithTheStallCheckOff) {
   c.stall_shutdown_seconds = 1;
   with_rank_1_gone_quiet(c, [](Runtime& rt, std::vector<float>& v, const AllreduceOptions& o) {
     const auto start = Clock::now();
-    Handle h =
-        rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+    Handle h = ops::allreduce(rt, {view_of(v, DataType::kFloat32)},
+                              {view_of(v, DataType::kFloat32)}, o, false);
     ASSERT_TRUE(h.wait_for(std::chrono::seconds(15))) << "stall shutdown never came";
     EXPECT_EQ(h.error_code(), ErrorCode::kStalled) << h.error_message();
     EXPECT_NE(h.error_message().find("'cached'"), std::string::npos) << h.error_message();

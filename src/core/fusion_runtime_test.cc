@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/ops.h"
 #include "core/testing/ranks.h"
 #include "core/testing/values.h"
 
@@ -65,7 +66,7 @@ Outcome run_all(int n, std::int64_t threshold) {
             }
             const bool in_place = k % 2 == 0;
             TensorView out = in_place ? x.in.view() : x.out.view();
-            x.h = rt.allreduce({x.in.view()}, {out}, o, false);
+            x.h = ops::allreduce(rt, {x.in.view()}, {out}, o, false);
             if (in_place) std::swap(x.in, x.out);
             ops.push_back(std::move(x));
           }
@@ -157,7 +158,7 @@ TEST(CompressionRuntime, CompressedAllreducesMatchTheReferenceWithinWirePrecisio
           o.op = ReduceOp::kAverage;
           o.compression = c;
           o.prescale_factor = 2.0;
-          x.h = rt.allreduce({x.t.view()}, {x.t.view()}, o, false);
+          x.h = ops::allreduce(rt, {x.t.view()}, {x.t.view()}, o, false);
           cases.push_back(std::move(x));
         }
       }
@@ -183,8 +184,8 @@ TEST(CompressionRuntime, MismatchedCompressionFailsOnEveryRankNamingIt) {
     AllreduceOptions o;
     o.name = "grad.w";
     o.compression = rank == 0 ? Compression::kFP16 : Compression::kNone;
-    Handle h = rt.allreduce({testing::view_of(v, DataType::kFloat32)},
-                            {testing::view_of(v, DataType::kFloat32)}, o, false);
+    Handle h = ops::allreduce(rt, {testing::view_of(v, DataType::kFloat32)},
+                              {testing::view_of(v, DataType::kFloat32)}, o, false);
     h.wait_for(std::chrono::seconds(20));
     ASSERT_TRUE(h.poll());
     EXPECT_FALSE(h.ok());

@@ -1,5 +1,5 @@
-// Handle and HandleState (include/kolo/handle.h).
-#include "kolo/handle.h"
+// Handle (include/kolo/handle.h) and HandleState (handle_state.h).
+#include "core/handle_state.h"
 
 namespace kolo {
 

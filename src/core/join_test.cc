@@ -1,5 +1,6 @@
 // join(): ranks that run out of data contribute the op's identity (zeros for sums) to the
 // others' allreduces until every rank has joined; join returns the last rank to join on every rank.
+#include "core/ops.h"
 #include "core/testing/ranks.h"
 
 namespace kolo::core {
@@ -13,7 +14,8 @@ Handle allreduce(Runtime& rt, std::vector<float>& v, const std::string& name, Re
   AllreduceOptions o;
   o.name = name;
   o.op = op;
-  return rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+  return ops::allreduce(rt, {view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o,
+                        false);
 }
 
 // Rank `first` joins at once; the others run a few allreduces, then join one at a time
@@ -28,7 +30,7 @@ void run_join(int n, int first) {
     for (int round = 0; round < 2; ++round) {
       const std::string tag = "r" + std::to_string(round) + ".";
       if (rank == first) {
-        Handle j = rt.join();
+        Handle j = ops::join(rt);
         j.wait();
         EXPECT_EQ(j.last_joined_rank(), expected_last) << "rank " << rank;
         continue;
@@ -45,9 +47,9 @@ void run_join(int n, int first) {
         for (float x : a) ASSERT_FLOAT_EQ(x, others / n) << "average divides by the full size";
       }
       for (std::size_t k = 0; k < order.size(); ++k) {
-        rt.barrier({}).wait();  // joined ranks take part in barriers too
+        ops::barrier(rt, {}).wait();  // joined ranks take part in barriers too
         if (order[k] == rank) {
-          Handle j = rt.join();
+          Handle j = ops::join(rt);
           j.wait();
           EXPECT_EQ(j.last_joined_rank(), expected_last) << "rank " << rank;
           break;
@@ -76,7 +78,7 @@ TEST(JoinTest, JoinedRanksContributeTheIdentityOfMinMaxAndProduct) {
   const int n = 3, joined = 1;
   run_ranks(n, test_config(), [&](int rank, Runtime& rt) {
     if (rank == joined) {
-      rt.join().wait();
+      ops::join(rt).wait();
       return;
     }
     // Values of ranks 0 and 2 chosen so that a zero from the joined rank would change the
@@ -100,11 +102,11 @@ TEST(JoinTest, JoinedRanksContributeTheIdentityOfMinMaxAndProduct) {
         AllreduceOptions o;
         o.op = cases[k].op;
         o.name = std::string("f.") + reduce_op_name(o.op);
-        handles.push_back(rt.allreduce({view_of(f[k], DataType::kFloat32)},
-                                       {view_of(f[k], DataType::kFloat32)}, o, false));
+        handles.push_back(ops::allreduce(rt, {view_of(f[k], DataType::kFloat32)},
+                                         {view_of(f[k], DataType::kFloat32)}, o, false));
         o.name = std::string("i.") + reduce_op_name(o.op);
-        handles.push_back(rt.allreduce({view_of(i[k], DataType::kInt32)},
-                                       {view_of(i[k], DataType::kInt32)}, o, false));
+        handles.push_back(ops::allreduce(rt, {view_of(i[k], DataType::kInt32)},
+                                         {view_of(i[k], DataType::kInt32)}, o, false));
       }
       for (auto& h : handles) h.wait();
       for (std::size_t k = 0; k < std::size(cases); ++k) {
@@ -113,38 +115,38 @@ TEST(JoinTest, JoinedRanksContributeTheIdentityOfMinMaxAndProduct) {
           ASSERT_EQ(x, static_cast<std::int32_t>(cases[k].want)) << reduce_op_name(cases[k].op);
       }
     }
-    rt.join().wait();
+    ops::join(rt).wait();
   });
 }
 
 TEST(JoinTest, CollectivesThatNeedEveryRankFailWhileARankHasJoined) {
   run_ranks(3, test_config(), [](int rank, Runtime& rt) {
     if (rank == 1) {
-      EXPECT_EQ(rt.join().wait_for(std::chrono::seconds(20)), true);
+      EXPECT_EQ(ops::join(rt).wait_for(std::chrono::seconds(20)), true);
       return;
     }
     Tensor t(DataType::kFloat32, {2, 2});
     std::vector<Handle> hs;
     AllgatherOptions g;
     g.name = "g";
-    hs.push_back(rt.allgather(t.view(), g));
+    hs.push_back(ops::allgather(rt, t.view(), g));
     BroadcastOptions b;
     b.name = "b";
-    hs.push_back(rt.broadcast(t.view(), b));
+    hs.push_back(ops::broadcast(rt, t.view(), b));
     AlltoallOptions a;
     a.name = "a";
     a.splits = {1, 0, 1};
-    hs.push_back(rt.alltoall(t.view(), a));
+    hs.push_back(ops::alltoall(rt, t.view(), a));
     ReducescatterOptions r;
     r.name = "r";
-    hs.push_back(rt.reducescatter(t.view(), r));
+    hs.push_back(ops::reducescatter(rt, t.view(), r));
     for (auto& h : hs) {
       ASSERT_TRUE(h.wait_for(std::chrono::seconds(20)));
       EXPECT_EQ(h.error_code(), ErrorCode::kInvalidArgument) << h.error_message();
-      EXPECT_NE(h.error_message().find("rank(s) 1 have joined"), std::string::npos)
+      EXPECT_NE(h.error_message().find("rank 1 has joined"), std::string::npos)
           << h.error_message();
     }
-    rt.join().wait();
+    ops::join(rt).wait();
   });
 }
 

@@ -6,16 +6,9 @@
 #include <string>
 
 #include "common/format.h"
+#include "common/shape.h"
 
 namespace kolo::core {
-
-std::string rank_list_string(const std::vector<int>& ranks) {
-  std::string s;
-  const std::size_t shown = std::min<std::size_t>(ranks.size(), 16);
-  for (std::size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (shown < ranks.size()) s += " ... (" + std::to_string(ranks.size() - shown) + " more)";
-  return s;
-}
 
 std::int64_t reducescatter_rows(std::int64_t rows, int size, int rank) {
   return rows / size + (rank < rows % size ? 1 : 0);
@@ -38,9 +31,7 @@ std::string by_value(const std::vector<Request>& reqs, F value) {
   }
   std::string s;
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    s += (i ? "; " : "") + groups[i].first +
-         (groups[i].second.size() > 1 ? " on ranks " : " on rank ") +
-         rank_list_string(groups[i].second);
+    s += (i ? "; " : "") + groups[i].first + " on " + ranks_string(groups[i].second);
   }
   return s;
 }
@@ -69,15 +60,9 @@ Response error(const Request& first, ErrorCode code, std::string message) {
   return r;
 }
 
-// Element count for messages and comparisons only: saturates instead of overflowing
-// (a peer's shape is not trusted here).
-std::int64_t numel(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) {
-    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<std::int64_t>::max();
-  }
-  return n;
-}
+// Element count for messages and comparisons only (a peer's shape is not trusted here):
+// shape_numel saturates instead of overflowing.
+std::int64_t numel(const Shape& s) { return shape_numel(s); }
 
 Shape tail(const Shape& s) { return s.empty() ? Shape{} : Shape(s.begin() + 1, s.end()); }
 
@@ -107,7 +92,7 @@ std::string check_zero_d(const std::vector<Request>& reqs, const std::string& wh
     if (r.shapes.empty() || r.shapes[0].empty()) bad.push_back(r.rank);
   }
   if (bad.empty()) return "";
-  return what + " got a 0-d (scalar) tensor on rank(s) " + rank_list_string(bad) +
+  return what + " got a 0-d (scalar) tensor on " + ranks_string(bad) +
          "; it splits or concatenates along dimension 0, so pass a tensor with at least one "
          "dimension (e.g. reshape to [1]).";
 }
@@ -214,8 +199,9 @@ Response make_response(const std::vector<Request>& reqs,
     std::vector<int> j(joined.begin(), joined.end());
     std::sort(j.begin(), j.end());
     return error(first, ErrorCode::kInvalidArgument,
-                 what + " cannot run while rank(s) " + rank_list_string(j) +
-                     " have joined: only allreduce and barrier take joined ranks into account.");
+                 what + " cannot run while " + ranks_string(j) +
+                     (j.size() == 1 ? " has" : " have") +
+                     " joined: only allreduce and barrier take joined ranks into account.");
   }
 
   Response resp;

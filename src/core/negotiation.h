@@ -67,7 +67,4 @@ class MessageTable {
   std::vector<std::int32_t> joined_;  // ranks in the order they joined
 };
 
-// "1, 3, 5" (at most 16 ranks, then "... (N more)").
-std::string rank_list_string(const std::vector<int>& ranks);
-
 }  // namespace kolo::core

@@ -1,10 +1,11 @@
 // Runtime: one instance of kolo's runtime (all of its state; no globals).
 //
-// The caller's threads enqueue named operations and get Handles; one background thread
-// owns the communicator and runs negotiation cycles (controller.h), executes the
-// responses (executor.h) and completes the handles. The public free functions in
-// include/kolo/kolo.h use one default Runtime; tests create several, one per rank, over
-// the inproc transport.
+// The caller's threads submit requests (built by request_builder.h; ops.h is the typed,
+// throwing front) and get Handles; one background thread owns the communicator and runs
+// negotiation cycles: the pacer (pacer.h) says when, the controllers (controller.h)
+// negotiate, the executor (executor.h) runs the responses and the handles complete. The
+// public free functions in include/kolo/kolo.h use one default Runtime; tests create
+// several, one per rank, over the inproc transport.
 #pragma once
 
 #include <chrono>
@@ -17,26 +18,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "core/config.h"
+#include "core/entry.h"
 #include "core/message.h"
+#include "core/pacer.h"
 #include "core/timeline.h"
 #include "kolo/kolo.h"
 #include "transport/communicator.h"
 
 namespace kolo::core {
 
-// One submitted operation waiting to run.
 class FusionBuffer;
-struct Response;
-
-struct Entry {
-  Request request;
-  std::vector<TensorView> inputs;
-  std::vector<TensorView> outputs;
-  std::shared_ptr<detail::HandleState> handle;
-  // Timeline only (background thread): end of the first cycle that carried the request.
-  std::chrono::steady_clock::time_point first_cycle_end{};
-};
 
 class Runtime {
  public:
@@ -59,16 +52,15 @@ class Runtime {
   const transport::Topology& topology() const { return topology_; }
   const Config& config() const { return config_; }
 
-  // The operations of include/kolo/kolo.h. Errors found on this rank alone (duplicate
-  // name, shut down, bad arguments) throw kolo::Error here.
-  Handle allreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                   const AllreduceOptions& options, bool grouped);
-  Handle allgather(const TensorView& input, const AllgatherOptions& options);
-  Handle broadcast(const TensorView& tensor, const BroadcastOptions& options);
-  Handle alltoall(const TensorView& input, const AlltoallOptions& options);
-  Handle reducescatter(const TensorView& input, const ReducescatterOptions& options);
-  Handle barrier(const BarrierOptions& options);
-  Handle join();
+  // Submits a request built by request_builder.h with its tensors; on success *handle
+  // is the operation's. Refused here: a name already in flight on this rank (or one of
+  // the reserved names 'join' and 'barrier' for another op), and any request once the
+  // runtime stopped (kNotInitialized) or failed (its error). Any thread.
+  Status submit(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
+                Handle* handle);
+  // "<op>.noname.<n>": the name of an operation submitted without one (the same on every
+  // rank that submits the same sequence of unnamed operations).
+  std::string default_name(OpType op);
 
   // Negotiation statistics of the global process set (for tests).
   std::uint64_t fast_cycles() const;
@@ -97,27 +89,18 @@ class Runtime {
   void hold_requests(bool hold);
 
  private:
-  Handle enqueue(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs);
-  std::string default_name(OpType op);
+  struct Loop;  // the background thread's state (runtime.cc)
   void loop();
-  // Waits for new requests (at most `idle_wait`, and while they arrive before
-  // `not_before`, until then), moves them into `requests` by process set and their names
-  // into `taken` when `timeline`. Returns whether shutdown was requested.
-  bool wait_for_work(std::chrono::steady_clock::duration idle_wait,
-                     std::chrono::steady_clock::time_point not_before, bool timeline,
-                     std::map<int, std::vector<Request>>* requests,
-                     std::vector<std::string>* taken);
-  // wait_for_work with a CycleBell: sleeps until this rank has new requests (or stop), or
-  // another rank asked for cycle `done` + 1, or `heartbeat` passes (or `must_cycle`), and
-  // then asks every rank for cycle `done` + 1 if nobody did yet.
-  bool wait_for_cycle(transport::CycleBell& bell, std::uint64_t done, bool must_cycle,
-                      std::chrono::steady_clock::time_point heartbeat,
-                      std::chrono::steady_clock::time_point not_before, bool timeline,
-                      std::map<int, std::vector<Request>>* requests,
-                      std::vector<std::string>* taken);
-  // Moves the new requests (unless held) into `requests` and their names into `taken`.
-  void take_new_requests(bool timeline, std::map<int, std::vector<Request>>* requests,
-                         std::vector<std::string>* taken);  // mu_ held
+  // Creates the communicator and publishes the topology; false if that failed.
+  bool start_transport();
+  // One negotiation cycle: waits for it (pacer), negotiates every process set, executes
+  // the responses, feeds autotune. Returns whether the loop goes on.
+  bool run_cycle(Loop& loop);
+  // After a cycle: statistics, and the tunables every rank switches to at this cycle.
+  void finish_cycle(Loop& loop, const Tunables* next);
+  // Fails what is pending with the loop's error (or the shutdown message) and releases
+  // the communicator.
+  void stop(Loop& loop);
   // Runs one group of plan_fusion() and completes its handles. Returns a peer failure
   // (which stops the runtime); every other error only fails the group's handles.
   Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
@@ -126,40 +109,35 @@ class Runtime {
                        std::chrono::steady_clock::time_point responded);
   // Timeline: stamps the end of their first cycle on the entries named.
   void mark_first_cycle(const std::vector<std::string>& names,
-                        std::chrono::steady_clock::time_point end);
-  void fail_all(const Status& status);
-  std::shared_ptr<Entry> take(const std::string& name);
+                        std::chrono::steady_clock::time_point end) KOLO_EXCLUDES(mu_);
+  void fail_all(const Status& status) KOLO_EXCLUDES(mu_);
+  std::shared_ptr<Entry> take(const std::string& name) KOLO_EXCLUDES(mu_);
 
   const Config config_;
   CommunicatorFactory factory_;
-  transport::Topology topology_;  // written by the background thread before start() returns
+  // Written by the background thread before start() returns; constant afterwards.
+  transport::Topology topology_;
   std::unique_ptr<transport::Communicator> comm_;  // background thread only
   std::thread thread_;
   Timeline timeline_;  // thread-safe; records come from the background thread
+  Inbox inbox_;        // thread-safe: new requests, stop and hold
 
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // new requests or shutdown
   std::condition_variable started_cv_;
-  bool started_ = false;                                           // guarded by mu_
-  Status start_status_;                                            // guarded by mu_
-  bool stop_requested_ = false;                                    // guarded by mu_
-  bool stop_at_exit_ = false;                                      // guarded by mu_
-  bool running_ = false;                                           // guarded by mu_
-  Status fatal_;                                                   // guarded by mu_
-  std::unordered_map<std::string, std::shared_ptr<Entry>> table_;  // guarded by mu_
-  std::vector<Request> new_requests_;                              // guarded by mu_
-  std::map<OpType, std::uint64_t> unnamed_counts_;                 // guarded by mu_
-  std::uint64_t fast_cycles_ = 0;                                  // guarded by mu_
-  std::uint64_t slow_cycles_ = 0;                                  // guarded by mu_
-  std::uint64_t fused_responses_ = 0;                              // guarded by mu_
-  bool hold_requests_ = false;                                     // guarded by mu_
-  std::uint64_t cycles_ = 0;                                       // guarded by mu_
-  // The communicator's bell while on-demand cycling runs (null otherwise or once the
-  // communicator is gone); enqueue() and shutdown() ring it under mu_.
-  transport::CycleBell* bell_ = nullptr;  // guarded by mu_
+  bool started_ KOLO_GUARDED_BY(mu_) = false;
+  Status start_status_ KOLO_GUARDED_BY(mu_);
+  bool running_ KOLO_GUARDED_BY(mu_) = false;
+  Status fatal_ KOLO_GUARDED_BY(mu_);
+  // Submitted and not yet completed, by name.
+  std::unordered_map<std::string, std::shared_ptr<Entry>> table_ KOLO_GUARDED_BY(mu_);
+  std::map<OpType, std::uint64_t> unnamed_counts_ KOLO_GUARDED_BY(mu_);
+  std::uint64_t fast_cycles_ KOLO_GUARDED_BY(mu_) = 0;
+  std::uint64_t slow_cycles_ KOLO_GUARDED_BY(mu_) = 0;
+  std::uint64_t fused_responses_ KOLO_GUARDED_BY(mu_) = 0;
+  std::uint64_t cycles_ KOLO_GUARDED_BY(mu_) = 0;
   // Written by the background thread under mu_; read there without it.
   Tunables tunables_;
-  std::vector<std::pair<std::uint64_t, Tunables>> tunables_history_;  // guarded by mu_
+  std::vector<std::pair<std::uint64_t, Tunables>> tunables_history_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo::core

@@ -1,6 +1,7 @@
 // Runtime behaviour over the inproc transport: submission order, many operations in
 // flight, the response cache, handles, unnamed operations and shutdown.
 #include "core/runtime.h"
+#include "core/ops.h"
 
 #include <algorithm>
 #include <numeric>
@@ -23,7 +24,8 @@ AllreduceOptions sum(const std::string& name) {
 }
 
 Handle allreduce(Runtime& rt, std::vector<float>& v, const AllreduceOptions& o) {
-  return rt.allreduce({view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o, false);
+  return ops::allreduce(rt, {view_of(v, DataType::kFloat32)}, {view_of(v, DataType::kFloat32)}, o,
+                        false);
 }
 
 TEST(RuntimeTest, RanksSubmittingInDifferentOrdersGetTheSameResults) {
@@ -167,7 +169,7 @@ TEST(RuntimeTest, PendingOperationsFailWhenARankShutsDown) {
       ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
       EXPECT_EQ(h.error_code(), ErrorCode::kShutdown);
       // The error names the rank that stopped and how.
-      EXPECT_NE(h.error_message().find("rank(s) 1 called kolo::shutdown(), while this rank "
+      EXPECT_NE(h.error_message().find("rank 1 called kolo::shutdown(), while this rank "
                                        "waited for it"),
                 std::string::npos)
           << h.error_message();
@@ -188,7 +190,7 @@ TEST(RuntimeTest, PendingOperationsNameARankWhoseProgramEnded) {
       Handle h = allreduce(rt, v, sum("waits-for-rank-2"));
       ASSERT_TRUE(h.wait_for(std::chrono::seconds(10)));
       EXPECT_EQ(h.error_code(), ErrorCode::kShutdown);
-      EXPECT_NE(h.error_message().find("rank(s) 2 left: the program ended (returned from main "
+      EXPECT_NE(h.error_message().find("rank 2 left: the program ended (returned from main "
                                        "or called exit()) without kolo::shutdown()"),
                 std::string::npos)
           << h.error_message();

@@ -1,6 +1,7 @@
 // The timeline: a parseable Chrome trace with every phase of every tensor, in order, and
 // the waits it is meant to show (a late rank appears as wait_for_ranks on rank 0).
 #include "core/timeline.h"
+#include "core/ops.h"
 
 #include <fstream>
 #include <map>
@@ -55,12 +56,12 @@ void submit_round(int rank, Runtime& rt, int round, std::vector<float>& a, std::
   og.name = "gathered";
   BroadcastOptions oc;
   oc.name = "weights";
-  Handle ha =
-      rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, oa, false);
-  Handle hb =
-      rt.allreduce({view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)}, ob, false);
-  Handle hg = rt.allgather(view_of(c, DataType::kFloat32), og);
-  Handle hc = rt.broadcast(view_of(c, DataType::kFloat32), oc);
+  Handle ha = ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)},
+                             oa, false);
+  Handle hb = ops::allreduce(rt, {view_of(b, DataType::kFloat32)}, {view_of(b, DataType::kFloat32)},
+                             ob, false);
+  Handle hg = ops::allgather(rt, view_of(c, DataType::kFloat32), og);
+  Handle hc = ops::broadcast(rt, view_of(c, DataType::kFloat32), oc);
   for (Handle* h : {&ha, &hb, &hg, &hc}) h->wait();
   (void)rank;
   (void)round;
@@ -125,12 +126,12 @@ TEST(TimelineTest, StartAndStopAtRunTimeRecordOnlyInBetween) {
     ASSERT_TRUE(rt.start_timeline(path, false).ok());
     AllreduceOptions o;
     o.name = "during";
-    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
+    ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
         .wait();
-    rt.barrier({}).wait();
+    ops::barrier(rt, {}).wait();
     rt.stop_timeline();
     o.name = "after";
-    rt.allreduce({view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
+    ops::allreduce(rt, {view_of(a, DataType::kFloat32)}, {view_of(a, DataType::kFloat32)}, o, false)
         .wait();
   });
   const auto tensors = by_tensor(read_json(path));

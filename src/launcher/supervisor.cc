@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "common/deadline.h"
 #include "launcher/cause.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
@@ -31,9 +32,7 @@ constexpr auto kCauseWindow = std::chrono::seconds(1);
 // 2 s): kolorun waits for that name this long at most.
 constexpr auto kMpirunNamingWindow = std::chrono::seconds(5);
 
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
+Clock::duration seconds(double s) { return seconds_duration(s); }
 
 void say(const std::string& text) { write_all(2, "kolorun: " + text + "\n"); }
 

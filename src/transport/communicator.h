@@ -18,14 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/status.h"
 #include "kolo/types.h"
 #include "transport/cycle_bell.h"
 
 namespace kolo::transport {
 
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
+using Clock = kolo::Clock;
+using Deadline = kolo::Deadline;  // common/deadline.h
 
 struct Topology {
   int rank = 0;

@@ -29,22 +29,12 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include "common/format.h"
 #include "transport/hier/hier_internal.h"
 #include "transport/shm/shm_communicator.h"
 
 namespace kolo::transport::hier {
-namespace {
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i == 16) return out + ", ... (" + std::to_string(ranks.size()) + " ranks)";
-    out += (i ? ", " : "") + std::to_string(ranks[i]);
-  }
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> global,
                                                    std::unique_ptr<FailureNotices> notices,
@@ -55,7 +45,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator>
       notices_(std::move(notices)),
       local_(std::move(local)),
       cross_(std::move(cross)),
-      cross_names_(rank_list(cross_ranks)) {}
+      cross_names_(ranks_string(cross_ranks)) {}
 
 HierarchicalCommunicator::~HierarchicalCommunicator() {
   if (broken_.empty()) return;  // parts are destroyed in reverse order: global_ last

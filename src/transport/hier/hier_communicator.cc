@@ -24,10 +24,7 @@
 namespace kolo::transport {
 namespace {
 
-Deadline after_seconds(double seconds) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
+Deadline after_seconds(double seconds) { return deadline_after(seconds); }
 
 // Whether every host has the same number of ranks (collective over `comm`).
 Status same_local_size(Communicator& comm, Deadline deadline, bool* same) {

@@ -1,4 +1,5 @@
 #include "transport/inproc/inproc.h"
+#include "common/format.h"
 
 #include <cstring>
 
@@ -6,12 +7,6 @@
 
 namespace kolo::transport {
 namespace {
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
 
 class InprocCommunicator final : public Communicator {
  public:
@@ -243,7 +238,7 @@ Status InprocWorld::arrive(int rank, const Slot& mine, Deadline deadline, bool k
   for (int r = 0; r < size_; ++r) {
     if (!arrived_[r]) missing.push_back(r);
   }
-  broken_ = "rank(s) " + rank_list(missing) +
+  broken_ = ranks_string(missing) +
             " did not take part in a collective before the deadline (dead or hung?)";
   cv_.notify_all();
   return PeerFailure(broken_);

@@ -24,6 +24,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/format.h"
 #include "transport/mpi/mpi_internal.h"
 
 namespace kolo::transport::mpi {
@@ -171,7 +172,7 @@ Status MpiCommunicator::receive_down(const char* op, std::size_t capacity, unsig
     for (int r = 0; r < size(); ++r) {
       if (down_[1 + r / 64] >> (r % 64) & 1) missing_.push_back(r);
     }
-    return fail(where(op) + ": " + rank_list(missing_) + " did not take part in negotiation (" +
+    return fail(where(op) + ": " + ranks_string(missing_) + " did not take part in negotiation (" +
                 op_name(header_value(h)) + ") by the deadline (dead or hung?); reported by rank 0");
   }
   if (header_kind(h) != kind) {
@@ -241,7 +242,7 @@ Status MpiCommunicator::control_and_root(std::vector<std::uint64_t>& words, Cloc
     missing_.clear();
     incomplete_ranks(requests_, 0, size(), &missing_);
     return root_failure(kOpAnd, missing_,
-                        where("control_and") + ": " + rank_list(missing_) +
+                        where("control_and") + ": " + ranks_string(missing_) +
                             " did not take part in negotiation within " +
                             seconds_string(deadline - start) + " (dead or hung?)");
   }
@@ -253,9 +254,9 @@ Status MpiCommunicator::control_and_root(std::vector<std::uint64_t>& words, Cloc
   }
   if (!missing_.empty()) {
     return root_failure(kOpAnd, missing_,
-                        where("control_and") + ": " + rank_list(missing_) + " sent a different " +
-                            "number of words than rank 0's " + std::to_string(n) +
-                            " (ranks are out of step)");
+                        where("control_and") + ": " + ranks_string(missing_) +
+                            " sent a different " + "number of words than rank 0's " +
+                            std::to_string(n) + " (ranks are out of step)");
   }
   for (int r = 1; r < size(); ++r) {
     const std::uint64_t* theirs = up_.data() + (r - 1) * n;
@@ -277,7 +278,7 @@ Status MpiCommunicator::control_and_root(std::vector<std::uint64_t>& words, Cloc
     missing_.clear();
     incomplete_ranks(requests_, 0, size(), &missing_);
     return root_failure(kOpAnd, missing_,
-                        where("control_and") + ": " + rank_list(missing_) +
+                        where("control_and") + ": " + ranks_string(missing_) +
                             " did not receive the result within " +
                             seconds_string(Clock::now() - start) + " (dead or hung?)");
   }
@@ -403,7 +404,7 @@ Status MpiCommunicator::control_gather(const std::string& mine, std::vector<std:
   }
   if (result == WaitResult::kTimeout) {
     return root_failure(kOpGather, missing_,
-                        where("control_gather") + ": " + rank_list(missing_) +
+                        where("control_gather") + ": " + ranks_string(missing_) +
                             " did not take part in negotiation within " +
                             seconds_string(deadline - start) + " (dead or hung?)");
   }
@@ -478,7 +479,7 @@ Status MpiCommunicator::control_broadcast(std::string* message, Deadline deadlin
     incomplete_ranks(requests_, 0, size(), &missing_);
     incomplete_ranks(requests_, members, size(), &missing_);
     return root_failure(kOpBroadcast, missing_,
-                        where("control_broadcast") + ": " + rank_list(missing_) +
+                        where("control_broadcast") + ": " + ranks_string(missing_) +
                             " did not receive the message within " +
                             seconds_string(deadline - start) + " (dead or hung?)");
   }

@@ -46,8 +46,6 @@ class ReduceOps {
 
 // "MPI_ERR_TRUNCATE: message truncated" from an MPI error code.
 std::string mpi_error_string(int code);
-// "rank 3" or "ranks 1, 4, 7" (long lists are cut short with the total count).
-std::string rank_list(const std::vector<int>& ranks);
 // Seconds as "2.0 s", for messages.
 std::string seconds_string(Clock::duration d);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "common/format.h"
 #include "common/reduce.h"
 #include "transport/mpi/mpi_internal.h"
 
@@ -102,17 +103,6 @@ std::string mpi_error_string(int code) {
   }
   return std::string(text, static_cast<std::size_t>(length)) + " (MPI error " +
          std::to_string(code) + ")";
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  constexpr std::size_t kShown = 16;
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(ranks[i]);
-  }
-  if (ranks.size() > kShown) out += ", ... (" + std::to_string(ranks.size()) + " ranks)";
-  return out;
 }
 
 std::string seconds_string(Clock::duration d) {

@@ -65,9 +65,7 @@ Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& option
                    const std::vector<int>* rank_names) {
   Communicator& base = *comm;
   const int n = base.size(), me = base.rank();
-  const Deadline deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(options.bootstrap_timeout_seconds));
+  const Deadline deadline = deadline_after(options.bootstrap_timeout_seconds);
   shm::Segment seg;
   std::string message;
   if (me == 0) {

@@ -2,6 +2,7 @@
 //
 // Not for: anything that moves data.
 #include "transport/shm/shm_sync.h"
+#include "common/format.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -77,17 +78,6 @@ bool Barrier::gone(int r) const {
   if (!pid_visible_[r]) return false;
   const pid_t pid = at(seg_->slot(r).pid).load(std::memory_order_relaxed);
   return kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-std::string Barrier::rank_list(const std::vector<int>& ranks) {
-  constexpr std::size_t kShown = 16;
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(ranks[i]);
-  }
-  if (ranks.size() > kShown) out += ", ... (" + std::to_string(ranks.size()) + " ranks)";
-  return out;
 }
 
 std::vector<int> Barrier::named(const std::vector<int>& ranks) const {
@@ -195,7 +185,7 @@ Status Barrier::sync(const char* op, Deadline deadline) {
       // its message is the cause, its exit only the consequence.
       if (!dead.empty() && aborted(op, &aborted_status)) return aborted_status;
       if (!dead.empty()) {
-        return fail(op, where(op) + rank_list(named(dead)) + " did not take part: " +
+        return fail(op, where(op) + ranks_string(named(dead)) + " did not take part: " +
                             (dead.size() == 1 ? "its process (pid " : "their processes (pids ") +
                             pids + ") exited");
       }
@@ -204,7 +194,7 @@ Status Barrier::sync(const char* op, Deadline deadline) {
         observer_(now - start, named(missing_));
       }
       if (now >= deadline) {
-        return fail(op, where(op) + rank_list(named(missing_)) + " did not take part within " +
+        return fail(op, where(op) + ranks_string(named(missing_)) + " did not take part within " +
                             seconds_string(now - start) +
                             " (hung, or not calling this collective?)");
       }

@@ -59,9 +59,6 @@ class Barrier {
   bool broken() const { return !broken_.empty(); }
   std::uint64_t epoch() const { return epoch_; }
 
-  // "rank 3" / "ranks 1, 4" (cut short after 16).
-  static std::string rank_list(const std::vector<int>& ranks);
-
  private:
   bool all_arrived(std::uint64_t epoch) const;
   // Rank r's process is gone: its liveness lock is free, or its pid no longer exists.

@@ -1,0 +1,33 @@
+// Deadlines: every wait in kolo has one (a point on the steady clock), made from a
+// number of seconds in one way.
+//
+// Durations from the configuration are bounded there (config.h: at most a week), so the
+// conversions below cannot overflow for them; larger or non-finite values saturate at
+// Clock::duration::max() instead of wrapping. Not for: wall-clock times (timeline
+// timestamps, logs).
+#pragma once
+
+#include <chrono>
+#include <cmath>
+
+namespace kolo {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+// `s` seconds as a steady-clock duration (negative: zero).
+inline Clock::duration seconds_duration(double s) {
+  if (!(s > 0)) return Clock::duration::zero();
+  const std::chrono::duration<double> d(s);
+  if (d >= std::chrono::duration<double>(Clock::duration::max())) return Clock::duration::max();
+  return std::chrono::duration_cast<Clock::duration>(d);
+}
+
+// The point `s` seconds from now (saturating at Deadline::max()).
+inline Deadline deadline_after(double s) {
+  const Clock::duration d = seconds_duration(s);
+  const Deadline now = Clock::now();
+  return d >= Deadline::max() - now ? Deadline::max() : now + d;
+}
+
+}  // namespace kolo

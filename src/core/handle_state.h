@@ -1,0 +1,40 @@
+// HandleState: what a Handle (include/kolo/handle.h) shares with the runtime.
+//
+// The caller's Handle copies read it; the runtime's background thread fills the results
+// and calls complete() exactly once. Not for: the public API (users see only Handle).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "kolo/handle.h"
+
+namespace kolo::detail {
+
+struct HandleState {
+  std::string name;  // set before the handle is returned; constant afterwards
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done KOLO_GUARDED_BY(mu) = false;
+  ErrorCode code KOLO_GUARDED_BY(mu) = ErrorCode::kOk;
+  std::string message KOLO_GUARDED_BY(mu);
+  // Results: written by the background thread before complete(), read by callers after
+  // it (the mutex in complete() and wait() orders them).
+  Tensor output;
+  std::vector<std::int64_t> received_splits;
+  int last_joined_rank = -1;
+  Handle::Times times KOLO_GUARDED_BY(mu);
+  // Memory the operation reads or writes, owned by an adapter: released with the last
+  // reference to this state (after completion), so a caller may drop its Handle early.
+  std::shared_ptr<void> keep_alive KOLO_GUARDED_BY(mu);
+
+  void mark_started();
+  void complete(ErrorCode code, std::string message);
+};
+
+}  // namespace kolo::detail

@@ -1,0 +1,69 @@
+#include "core/ops.h"
+
+#include "core/request_builder.h"
+
+namespace kolo::core::ops {
+
+namespace {
+
+std::string name_or_default(Runtime& runtime, const std::string& name, OpType op) {
+  return name.empty() ? runtime.default_name(op) : name;
+}
+
+Handle submit(Runtime& runtime, const Status& built, Request request,
+              std::vector<TensorView> inputs, std::vector<TensorView> outputs) {
+  built.throw_if_error();
+  Handle handle;
+  runtime.submit(std::move(request), std::move(inputs), std::move(outputs), &handle)
+      .throw_if_error();
+  return handle;
+}
+
+}  // namespace
+
+Handle allreduce(Runtime& runtime, const std::vector<TensorView>& inputs,
+                 const std::vector<TensorView>& outputs, const AllreduceOptions& o,
+                 bool grouped) {
+  Request r;
+  const Status s = allreduce_request(inputs, outputs, o, grouped,
+                                     name_or_default(runtime, o.name, OpType::kAllreduce), &r);
+  return submit(runtime, s, std::move(r), inputs, outputs);
+}
+
+Handle allgather(Runtime& runtime, const TensorView& input, const AllgatherOptions& o) {
+  Request r;
+  const Status s =
+      allgather_request(input, o, name_or_default(runtime, o.name, OpType::kAllgather), &r);
+  return submit(runtime, s, std::move(r), {input}, {});
+}
+
+Handle broadcast(Runtime& runtime, const TensorView& tensor, const BroadcastOptions& o) {
+  Request r;
+  const Status s =
+      broadcast_request(tensor, o, name_or_default(runtime, o.name, OpType::kBroadcast), &r);
+  return submit(runtime, s, std::move(r), {tensor}, {tensor});
+}
+
+Handle alltoall(Runtime& runtime, const TensorView& input, const AlltoallOptions& o) {
+  Request r;
+  const Status s =
+      alltoall_request(input, o, name_or_default(runtime, o.name, OpType::kAlltoall), &r);
+  return submit(runtime, s, std::move(r), {input}, {});
+}
+
+Handle reducescatter(Runtime& runtime, const TensorView& input, const ReducescatterOptions& o) {
+  Request r;
+  const Status s = reducescatter_request(
+      input, o, name_or_default(runtime, o.name, OpType::kReducescatter), &r);
+  return submit(runtime, s, std::move(r), {input}, {});
+}
+
+Handle barrier(Runtime& runtime, const BarrierOptions& o) {
+  Request r;
+  const Status s = barrier_request(o, &r);
+  return submit(runtime, s, std::move(r), {}, {});
+}
+
+Handle join(Runtime& runtime) { return submit(runtime, Status::OK(), join_request(), {}, {}); }
+
+}  // namespace kolo::core::ops

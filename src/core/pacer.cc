@@ -1,0 +1,153 @@
+#include "core/pacer.h"
+
+#include <algorithm>
+
+namespace kolo::core {
+
+namespace {
+
+// Waits between cycles without local work (timer pacing).
+constexpr std::chrono::milliseconds kMinIdleWait(1);
+constexpr std::chrono::milliseconds kMaxIdleWait(8);
+// On-demand cycling: while this rank has operations waiting for other ranks it still asks
+// for a cycle this often, so that time-based checks (stall warnings, stall shutdown,
+// renegotiation of long-waiting cache hits) keep running.
+constexpr std::chrono::milliseconds kHeartbeat(100);
+// Bounds each sleep on the bell, so that a lost wake-up (there should be none) costs at
+// most this.
+constexpr std::chrono::seconds kLongestSleep(1);
+
+}  // namespace
+
+Pacer::Pacer(Inbox& inbox, transport::CycleBell* bell)
+    : inbox_(inbox), bell_(bell), idle_wait_(kMinIdleWait) {}
+
+bool Inbox::push(Request request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return false;
+  requests_.push_back(std::move(request));
+  if (bell_) bell_->wake_local();
+  cv_.notify_one();
+  return true;
+}
+
+void Inbox::request_stop(bool at_exit) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stop_) stop_at_exit_ = at_exit;
+    stop_ = true;
+    if (bell_) bell_->wake_local();
+  }
+  cv_.notify_all();
+}
+
+bool Inbox::stop_requested() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
+bool Inbox::stop_at_exit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_at_exit_;
+}
+
+void Inbox::hold(bool hold) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
+    if (bell_) bell_->wake_local();
+  }
+  cv_.notify_all();
+}
+
+void Inbox::set_bell(transport::CycleBell* bell) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bell_ = bell;
+}
+
+bool Inbox::has_bell() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bell_ != nullptr;
+}
+
+void Inbox::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.clear();
+}
+
+Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, bool must_cycle, bool timeline) {
+  const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double, std::milli>(cycle_time_ms));
+  Work work;
+  if (bell_) {
+    const TimePoint heartbeat = waiting ? last_start_ + kHeartbeat : TimePoint::max();
+    wait_for_cycle(must_cycle, heartbeat, last_start_ + cycle_time, timeline, &work);
+  } else {
+    wait_for_work(std::max<std::chrono::steady_clock::duration>(idle_wait_, cycle_time),
+                  last_start_ + cycle_time, timeline, &work);
+  }
+  last_start_ = std::chrono::steady_clock::now();
+  ++cycle_number_;
+  return work;
+}
+
+void Pacer::cycle_done(bool idle) {
+  // The back-off costs no latency when ranks submit together (each wakes on its own work)
+  // and keeps an idle runtime from taking a tenth of a core.
+  idle_wait_ = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait_ * 2, kMaxIdleWait)
+                    : std::chrono::steady_clock::duration(kMinIdleWait);
+}
+
+void Pacer::wait_for_work(std::chrono::steady_clock::duration idle_wait, TimePoint not_before,
+                          bool timeline, Work* work) {
+  std::unique_lock<std::mutex> lock(inbox_.mu_);
+  inbox_.cv_.wait_for(lock, idle_wait, [this] { return inbox_.has_work() || inbox_.stop_; });
+  // KOLO_CYCLE_TIME_MS: work that arrives soon after the previous cycle began waits for
+  // more to come, so it is negotiated (and fused) together.
+  if (!inbox_.requests_.empty() && std::chrono::steady_clock::now() < not_before) {
+    inbox_.cv_.wait_until(lock, not_before, [this] { return inbox_.stop_; });
+  }
+  take(timeline, work);
+}
+
+void Pacer::wait_for_cycle(bool must_cycle, TimePoint heartbeat, TimePoint not_before,
+                           bool timeline, Work* work) {
+  transport::CycleBell& bell = *bell_;
+  const std::uint64_t done = cycle_number_;
+  bool ask = must_cycle;
+  for (;;) {
+    // The ticket is read before looking, so news that comes after the look ends the wait.
+    const std::uint32_t ticket = bell.ticket();
+    if (bell.requested() > done) break;
+    {
+      std::lock_guard<std::mutex> lock(inbox_.mu_);
+      if (inbox_.has_work() || inbox_.stop_) ask = true;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= heartbeat) ask = true;
+    if (ask) break;
+    bell.wait(ticket, std::min(heartbeat, now + kLongestSleep));
+  }
+  std::unique_lock<std::mutex> lock(inbox_.mu_);
+  if (ask) {
+    // KOLO_CYCLE_TIME_MS, as in wait_for_work. Another rank's request is not delayed: it
+    // is already waiting in the cycle.
+    if (bell.requested() <= done && std::chrono::steady_clock::now() < not_before) {
+      inbox_.cv_.wait_until(lock, not_before, [this] { return inbox_.stop_; });
+    }
+    bell.request(done + 1);
+  }
+  take(timeline, work);
+}
+
+void Pacer::take(bool timeline, Work* work) {
+  work->stop = inbox_.stop_;
+  if (inbox_.hold_) return;
+  for (auto& r : inbox_.requests_) {
+    if (timeline) work->taken.push_back(r.name);
+    work->requests[r.process_set].push_back(std::move(r));
+  }
+  inbox_.requests_.clear();
+}
+
+}  // namespace kolo::core

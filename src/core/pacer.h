@@ -1,0 +1,99 @@
+// Cycle pacing: when the runtime's background thread starts its next negotiation cycle,
+// and with which of this rank's new requests.
+//
+// Requests arrive in the Inbox from any thread (with the stop and hold flags). The Pacer,
+// used by the background thread only, waits for the next cycle: without a CycleBell a
+// rank cycles every kMinIdleWait (or the cycle time) while any rank is busy, backing off
+// to kMaxIdleWait while every rank is idle (negotiation is collective, so every rank
+// runs every cycle); with a bell it sleeps until some rank asks for a cycle because it
+// has new work, or a heartbeat passes while its own operations wait for other ranks.
+// KOLO_CYCLE_TIME_MS holds back work that arrives soon after the previous cycle began,
+// so that it is negotiated and fused with what follows. Not for: what a cycle does
+// (Runtime's cycle step, controller.h).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "core/message.h"
+#include "transport/cycle_bell.h"
+
+namespace kolo::core {
+
+// Any thread. Rings the bell (when set) on every change, so a sleeping pacer wakes.
+class Inbox {
+ public:
+  // Queues a request. False (and nothing queued) once stop was requested.
+  bool push(Request request);
+  // Idempotent; `at_exit` of the first call is kept (the program is ending without
+  // kolo::shutdown()).
+  void request_stop(bool at_exit);
+  bool stop_requested() const;
+  bool stop_at_exit() const;
+  // While held, queued requests stay queued (for tests: everything submitted meanwhile
+  // enters negotiation in one cycle).
+  void hold(bool hold);
+  // The bell of on-demand cycling; null while there is none or once the communicator
+  // that owns it is gone.
+  void set_bell(transport::CycleBell* bell);
+  bool has_bell() const;
+  // Drops the queued requests (their handles are failed by the runtime).
+  void clear();
+
+ private:
+  friend class Pacer;
+  bool has_work() const KOLO_REQUIRES(mu_) { return !requests_.empty() && !hold_; }
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // new requests, stop or release of a hold
+  std::vector<Request> requests_ KOLO_GUARDED_BY(mu_);
+  bool stop_ KOLO_GUARDED_BY(mu_) = false;
+  bool stop_at_exit_ KOLO_GUARDED_BY(mu_) = false;
+  bool hold_ KOLO_GUARDED_BY(mu_) = false;
+  transport::CycleBell* bell_ KOLO_GUARDED_BY(mu_) = nullptr;
+};
+
+// Background thread only.
+class Pacer {
+ public:
+  // `bell`: on-demand cycling (null: timer-driven, as over MPI).
+  Pacer(Inbox& inbox, transport::CycleBell* bell);
+
+  struct Work {
+    bool stop = false;                             // shutdown was requested
+    std::map<int, std::vector<Request>> requests;  // new requests, by process set
+    std::vector<std::string> taken;                // their names, when `timeline`
+  };
+  // Waits until the next cycle is due and starts it. `waiting`: operations of this rank
+  // wait for other ranks (bell: keep a heartbeat); `must_cycle`: the controller has news
+  // for the next cycle (bell); `timeline`: also return the names taken.
+  Work next(double cycle_time_ms, bool waiting, bool must_cycle, bool timeline);
+  // After each cycle: `idle` (no work anywhere) lengthens the timer's wait.
+  void cycle_done(bool idle);
+
+  std::uint64_t cycle_number() const { return cycle_number_; }  // cycles started
+  std::chrono::steady_clock::time_point cycle_start() const { return last_start_; }
+
+ private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  void wait_for_work(std::chrono::steady_clock::duration idle_wait, TimePoint not_before,
+                     bool timeline, Work* work);
+  void wait_for_cycle(bool must_cycle, TimePoint heartbeat, TimePoint not_before, bool timeline,
+                      Work* work);
+  // Moves the queued requests (unless held) into `work`.
+  void take(bool timeline, Work* work) KOLO_REQUIRES(inbox_.mu_);
+
+  Inbox& inbox_;
+  transport::CycleBell* const bell_;
+  std::chrono::steady_clock::duration idle_wait_;
+  TimePoint last_start_{};
+  std::uint64_t cycle_number_ = 0;
+};
+
+}  // namespace kolo::core
