@@ -35,8 +35,9 @@ names=$(sed 's/([^)]*)//g; s/[|,]/\n/g' <<< "$declared" | tr -d ' ')
 for d in $depends libc6 libstdc++6; do
   grep -qxF "$d" <<< "$names" || fail "$deb does not depend on $d (Depends: $declared)"
 done
-# Every declared package must exist in Debian (here: be known to apt).
-if command -v apt-cache > /dev/null; then
+# Every declared package must exist in Debian (here: be known to apt, when apt has its
+# package lists; images often delete them).
+if command -v apt-cache > /dev/null && apt-cache show libc6 > /dev/null 2>&1; then
   for d in $names; do
     apt-cache show "$d" > /dev/null 2>&1 || fail "$deb depends on $d, which apt does not know"
   done
