@@ -11,8 +11,9 @@
 #
 # Builds nothing: expects kolorun, kolo_bench, kolo_peer_mpi_allreduce and kolo_peer_stream
 # in BUILD/bin (cmake --build BUILD --target kolorun kolo_bench kolo_peer_mpi_allreduce
-# kolo_peer_stream) and /usr/bin/python3 with torch. The environment passes through to every
-# program (e.g. KOLO_SHM=0 bench/compare.sh). With --repeat R each sweep runs R times,
+# kolo_peer_stream); installs /usr/bin/python3 with torch when missing (scripts/setup.sh
+# --bench). The environment passes through to every program (e.g. KOLO_SHM=0
+# bench/compare.sh). With --repeat R each sweep runs R times,
 # interleaved (kolo, mpi, gloo, kolo, ...), and the tables show per-size medians.
 # --quick: 4 B..64 MiB in x4 steps, 1 repeat, 256 MiB stream arrays, fewer gradient steps.
 # Results (JSON per run, logs, summary.json) go to --out, default bench/results/<time>/
@@ -52,6 +53,7 @@ bin="$build/bin"
 for p in kolorun kolo_bench kolo_peer_mpi_allreduce kolo_peer_stream; do
   [[ -x "$bin/$p" ]] || { echo "compare.sh: $bin/$p not found; build it first (see --help)" >&2; exit 1; }
 done
+"$root/scripts/setup.sh" --bench  # python3-torch (the Gloo peer), installed when missing
 python=/usr/bin/python3
 "$python" -c 'import torch.distributed' 2>/dev/null ||
   { echo "compare.sh: $python cannot import torch.distributed (Debian: python3-torch)" >&2; exit 1; }

@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-6} steps=${2:-300} build=${3:-build}
+scripts/setup.sh --bench  # python3 for the summary, installed when missing
 prof=$build/bin/kolo_step_profile
 [ -x "$prof" ] || { echo "missing $prof: build it first" >&2; exit 1; }
 out=$(mktemp)

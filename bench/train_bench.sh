@@ -41,6 +41,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# python3 with torch and numpy (the DDP peer, the tables): installed here when missing.
+scripts/setup.sh --bench
 py=/usr/bin/python3  # Debian's python3-torch lives here, not in whatever python3 is on PATH
 bin=$build/bin
 for f in "$bin/fashion_mnist" "$bin/plain_fashion_mnist" "$bin/kolorun"; do

@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # Installs what kolo needs to build and test on Debian 12 (idempotent; apt-get only when
 # something is missing). Why each package is there: docs/dependencies.md.
+#
+#   scripts/setup.sh           build and test (README, CI)
+#   scripts/setup.sh --bench   also what bench/ runs besides kolo: python3 with torch and
+#                              numpy (the PyTorch DDP and torch.distributed peers, the
+#                              scripts' tables); the bench scripts call this themselves
 set -euo pipefail
 packages=(build-essential cmake libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev zlib1g-dev
           libtorch-dev libopenblas0-openmp dataset-fashion-mnist clang-format)
+bench_packages=(python3 python3-torch python3-numpy)
+case ${1:-} in
+  "") ;;
+  --bench) packages+=("${bench_packages[@]}") ;;
+  *) echo "setup.sh: unknown argument '$1' (usage: scripts/setup.sh [--bench])" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  # (dpkg -s also succeeds for a removed package whose configuration files remain)
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
 done
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "setup: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  echo "setup: installing ${missing[*]} (apt-get; see docs/dependencies.md)"
+  # Wait (bounded) for another apt or dpkg on the machine rather than fail at once.
+  apt=(apt-get -o DPkg::Lock::Timeout=300)
+  $sudo "${apt[@]}" update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq "${missing[@]}" >/dev/null
 fi

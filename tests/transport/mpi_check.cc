@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
+#include "check_harness.h"
 #include "common/reduce.h"
 #include "common/testing/elements.h"
+#include "mpi_check.h"
 #include "transport/communicator.h"
-#include "transport/mpi/mpi_check.h"
 #include "transport/mpi/mpi_communicator.h"
-#include "transport/testing/check_harness.h"
 
 namespace kolo::transport::mpi_check {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/hier/hier_check.h"
+#include "hier_check.h"
 #include "transport/hier/hier_internal.h"
 #include "transport/table.h"
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/mpi/mpi_check.h"
+#include "mpi_check.h"
 
 namespace kolo::transport::mpi_check {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/shm/shm_check.h"
+#include "shm_check.h"
 #include "transport/shm/shm_internal.h"
 
 namespace kolo::transport::shm_check {

@@ -4,8 +4,8 @@
 
 #include <chrono>
 
+#include "check_harness.h"
 #include "transport/communicator.h"
-#include "transport/testing/check_harness.h"
 
 namespace kolo::transport::hier {
 class HierarchicalCommunicator;

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "check_harness.h"
 #include "common/reduce.h"
+#include "shm_check.h"
 #include "transport/mpi/mpi_communicator.h"
-#include "transport/shm/shm_check.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/table.h"
-#include "transport/testing/check_harness.h"
 
 namespace kolo::transport::shm_check {
 namespace {

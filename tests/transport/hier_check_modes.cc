@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/hier/hier_check.h"
+#include "hier_check.h"
 #include "transport/hier/hier_internal.h"
 
 namespace kolo::transport::hier_check {

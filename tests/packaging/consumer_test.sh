@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# ctest package.consumer: installs this build into a fresh prefix, builds tests/consumer
+# (an out-of-tree project: find_package(kolo) and kolo::torch, nothing else) against it,
+# and runs the program with the installed kolorun on 2 workers. Also checks that the
+# installed CMake package names no path of the build or source tree.
+#
+#   consumer_test.sh BUILD_DIR SOURCE_DIR WORK_DIR [cmake arguments for the consumer...]
+set -euo pipefail
+build=$1 source=$2 work=$3
+shift 3
+consumer=$source/tests/consumer
+cmake=${CMAKE:-cmake}
+fail() { echo "FAIL: $*"; exit 1; }
+
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+"$cmake" --install "$build" --prefix "$prefix" > "$work/install.log" ||
+  { cat "$work/install.log"; fail "cmake --install $build failed"; }
+for f in bin/kolorun include/kolo/kolo.h include/kolo/torch.h lib/cmake/kolo/koloConfig.cmake; do
+  [ -e "$prefix/$f" ] || fail "the install has no $f"
+done
+if grep -rlF -e "$build" -e "$source" "$prefix/lib/cmake/kolo"; then
+  fail "the installed CMake package above names the build or source tree"
+fi
+
+# The consumer sees only the prefix: no kolo source or build directory on any path.
+"$cmake" -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" "$@" > "$work/configure.log" ||
+  { cat "$work/configure.log"; fail "configuring tests/consumer against $prefix failed"; }
+"$cmake" --build "$work/build" -j2 > "$work/build.log" 2>&1 ||
+  { cat "$work/build.log"; fail "building tests/consumer against $prefix failed"; }
+
+out=$work/run.log
+status=0
+timeout 300 "$prefix/bin/kolorun" -np 2 "$work/build/consumer_train" 2 > "$out" 2>&1 || status=$?
+cat "$out"
+[ "$status" -eq 0 ] || fail "kolorun -np 2 consumer_train exited with $status"
+oks=$(grep -c "consumer OK" "$out" || true)
+[ "$oks" -eq 2 ] || fail "expected 'consumer OK' from 2 ranks, got $oks"
+echo "PASS: installed kolo built and ran tests/consumer on 2 workers"
