@@ -90,7 +90,10 @@ void init() {
                   "this kolo build has no '" + transport +
                       "' transport (install libopenmpi-dev and rebuild for MPI)");
     }
-    factory = t->create;
+    factory = [t, context = core::transport_context(config, launch)](
+                  std::unique_ptr<transport::Communicator>* out) {
+      return t->create(context, out);
+    };
   }
   auto runtime = std::make_shared<core::Runtime>(config, factory);
   Status s = runtime->start();

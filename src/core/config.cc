@@ -1,8 +1,17 @@
+// The option registry: the kinds of value an option takes, the table made from
+// options.def, and parse_config over it.
+//
+// Not for: the declarations themselves (options.def) or what the options mean (the layers
+// that read their Config members).
 #include "core/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <iterator>
 
 #include "common/format.h"
 
@@ -19,71 +28,15 @@ Env process_env() {
   return env;
 }
 
-const std::vector<OptionDoc>& config_options() {
-  static const std::vector<OptionDoc> kOptions = {
-      {"KOLO_CACHE_CAPACITY", "1024",
-       "response cache entries (steady-state fast path: one bit-vector AND per cycle); 0 disables"},
-      {"KOLO_CYCLE_TIME_MS", "0",
-       "least time between the starts of two negotiation cycles: work arriving sooner waits and "
-       "is negotiated (and fused) with what follows; 0 = a cycle starts as soon as work arrives; "
-       "0 to 60000"},
-      {"KOLO_CYCLE_ON_DEMAND", "1",
-       "1: on the shared-memory (and in-process) transport a negotiation cycle runs only when "
-       "some rank has submitted work (and every 100 ms while work waits for other ranks), so "
-       "idle and waiting ranks do not wake; 0: every rank cycles every 1 ms while any rank is "
-       "busy, as over MPI"},
-      {"KOLO_STALL_CHECK_SECONDS", "60",
-       "warn (on rank 0) when some ranks submitted a tensor and others did not for this long, "
-       "or a rank has not taken part in negotiation for this long (or half the peer timeout, if "
-       "shorter: stopped or hung); 0 = off; "
-       "at most 604800 (a week)"},
-      {"KOLO_STALL_SHUTDOWN_SECONDS", "600",
-       "after a stall this long, fail every pending operation on every rank and stop the "
-       "runtime, so the job ends instead of waiting; 0 = never (wait for the missing ranks "
-       "forever); at most 604800"},
-      {"KOLO_PEER_TIMEOUT_SECONDS", "60",
-       "a rank that does not answer for this long is reported dead; pending operations fail; "
-       "0.001 to 604800"},
-      {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning, error or off"},
-      {"KOLO_TRANSPORT", "auto",
-       "auto (mpi when started by kolorun/mpirun/srun with more than one rank, else local), mpi, "
-       "local"},
-      {"KOLO_FUSION_THRESHOLD", "67108864",
-       "bytes: consecutive allreduces of one cycle with the same dtype and reduction are packed "
-       "into one buffer up to this size (scaling done while packing); 0 disables fusion"},
-      {"KOLO_TIMELINE", "",
-       "path (unset: off): rank 0 writes a Chrome-trace JSON timeline (negotiate, wait_for_ranks, "
-       "pack, "
-       "communicate, unpack per tensor) that Perfetto and chrome://tracing open"},
-      {"KOLO_TIMELINE_MARK_CYCLES", "0", "1: the timeline also marks every negotiation cycle"},
-      {"KOLO_AUTOTUNE", "0",
-       "1: during the first steps rank 0 tries fusion thresholds and cycle times (and, across "
-       "hosts, hierarchical vs flat allreduce) and settles on the one with the most bytes per "
-       "second; every rank switches at the same cycle"},
-      {"KOLO_AUTOTUNE_LOG", "",
-       "path (unset: off): rank 0 writes each autotune sample as a CSV line"},
-      {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before the search"},
-      {"KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", "20",
-       "busy negotiation cycles measured per autotune sample"},
-      {"KOLO_HIERARCHICAL", "auto",
-       "auto (hierarchical allreduce: shared memory inside each host, MPI across hosts, when "
-       "there are several hosts with equal numbers of ranks), 0 (off), 1 (required)"},
-      {"KOLO_SHM", "auto",
-       "auto (shared-memory transport when every rank is on one host), 0 (off: plain MPI), "
-       "1 (required: error if ranks span hosts)"},
-  };
-  return kOptions;
-}
-
 const std::vector<OptionDoc>& launcher_variables() {
   static const std::vector<OptionDoc> kVars = {
-      {"KOLO_RANK", "set by kolorun", "rank of the worker in [0, KOLO_SIZE)"},
-      {"KOLO_SIZE", "set by kolorun", "number of workers"},
-      {"KOLO_LOCAL_RANK", "set by kolorun", "rank among the workers on this host"},
-      {"KOLO_LOCAL_SIZE", "set by kolorun", "workers on this host"},
+      {"KOLO_RANK", "set by kolorun", "rank of the worker in [0, KOLO_SIZE)", ""},
+      {"KOLO_SIZE", "set by kolorun", "number of workers", ""},
+      {"KOLO_LOCAL_RANK", "set by kolorun", "rank among the workers on this host", ""},
+      {"KOLO_LOCAL_SIZE", "set by kolorun", "workers on this host", ""},
       {"KOLO_CROSS_RANK", "set by kolorun",
-       "rank among workers with the same local rank (host index)"},
-      {"KOLO_CROSS_SIZE", "set by kolorun", "hosts with a worker of this local rank"},
+       "rank among workers with the same local rank (host index)", ""},
+      {"KOLO_CROSS_SIZE", "set by kolorun", "hosts with a worker of this local rank", ""},
   };
   return kVars;
 }
@@ -94,103 +47,155 @@ Status bad(const std::string& name, const std::string& value, const std::string&
   return InvalidArgument(name + "=" + value + " is not valid: expected " + want);
 }
 
+// "a, b or c".
+std::string word_list(const std::vector<std::string>& words) {
+  std::string s;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) s += i + 1 == words.size() ? " or " : ", ";
+    s += words[i];
+  }
+  return s;
+}
+
+// The kinds of value an option takes (the `accepts` column of options.def). Each parses a
+// non-empty text into a member, formats the member's default for the help, and says
+// which values it accepts (in the help and in its error message).
+
+// A decimal integer in [min, max]. strtoll skips leading blanks, as the variables were
+// always read; a value past the range of long long saturates and is refused.
+struct Integer {
+  long long min, max;
+  Integer(long long lo, long long hi) : min(lo), max(hi) {}
+  template <typename T>
+  Status parse(const char* name, const std::string& text, T* out) const {
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (end == text.c_str() || *end != '\0' || v < min || v > max)
+      return bad(name, text, accepts());
+    *out = static_cast<T>(v);
+    return Status::OK();
+  }
+  template <typename T>
+  std::string format(T v) const {
+    return std::to_string(v);
+  }
+  std::string accepts() const {
+    return "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  }
+};
+
 // A finite number in [min, max] (strtod also takes "inf" and "nan": both refused).
-Status read_double(const Env& env, const char* name, double min, double max, double* out) {
-  auto it = env.find(name);
-  if (it == env.end() || it->second.empty()) return Status::OK();
-  char* end = nullptr;
-  const double v = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end != '\0' || !std::isfinite(v) || !(v >= min) ||
-      !(v <= max)) {
-    return bad(name, it->second,
-               "a number in [" + number_string(min) + ", " + number_string(max) + "]");
+struct Number {
+  double min, max;
+  Number(double lo, double hi) : min(lo), max(hi) {}
+  Status parse(const char* name, const std::string& text, double* out) const {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || !(v >= min) || !(v <= max)) {
+      return bad(name, text, accepts());
+    }
+    *out = v;
+    return Status::OK();
   }
-  *out = v;
-  return Status::OK();
+  std::string format(double v) const { return number_string(v); }
+  std::string accepts() const {
+    return "a number in [" + number_string(min) + ", " + number_string(max) + "]";
+  }
+};
+
+struct Flag {
+  Status parse(const char* name, const std::string& text, bool* out) const {
+    if (text != "0" && text != "1") return bad(name, text, accepts());
+    *out = text == "1";
+    return Status::OK();
+  }
+  std::string format(bool v) const { return v ? "1" : "0"; }
+  std::string accepts() const { return "0 or 1"; }
+};
+
+// One of a few words, compared exactly (case and blanks matter).
+struct OneOf {
+  std::vector<std::string> words;
+  OneOf(std::initializer_list<const char*> list) : words(list.begin(), list.end()) {}
+  Status parse(const char* name, const std::string& text, std::string* out) const {
+    if (std::find(words.begin(), words.end(), text) == words.end()) {
+      return bad(name, text, accepts());
+    }
+    *out = text;
+    return Status::OK();
+  }
+  std::string format(const std::string& v) const { return v; }
+  std::string accepts() const { return word_list(words); }
+};
+
+// log::parse_level's names (and "warn", and the numbers 0 to 5).
+struct LogLevel {
+  static constexpr const char* kNames[] = {"trace", "debug", "info", "warning", "error", "off"};
+  Status parse(const char* name, const std::string& text, log::Level* out) const {
+    if (!log::parse_level(text, out)) return bad(name, text, accepts());
+    return Status::OK();
+  }
+  std::string format(log::Level v) const { return kNames[v]; }
+  std::string accepts() const {
+    return word_list(std::vector<std::string>(std::begin(kNames), std::end(kNames)));
+  }
+};
+
+struct Text {
+  Status parse(const char*, const std::string& text, std::string* out) const {
+    *out = text;
+    return Status::OK();
+  }
+  std::string format(const std::string& v) const { return v; }
+  std::string accepts() const { return ""; }
+};
+
+// One line of options.def, ready to use: its help row (whose strings it owns) and its parse.
+struct Option {
+  const char* name;
+  const char* doc;
+  std::string default_value;
+  std::string accepts;
+  std::function<Status(const std::string& text, Config* out)> parse;
+};
+
+template <typename T, typename Kind>
+Option make_option(const char* name, const char* doc, Kind kind, T Config::*member) {
+  return Option{name, doc, kind.format(Config{}.*member), kind.accepts(),
+                [name, kind, member](const std::string& text, Config* out) {
+                  return kind.parse(name, text, &(out->*member));
+                }};
 }
 
-Status read_int64(const Env& env, const char* name, long long min, long long max,
-                  std::int64_t* out) {
-  auto it = env.find(name);
-  if (it == env.end() || it->second.empty()) return Status::OK();
-  char* end = nullptr;
-  const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (end == it->second.c_str() || *end != '\0' || v < min || v > max) {
-    return bad(name, it->second,
-               "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-  }
-  *out = v;
-  return Status::OK();
-}
-
-Status read_int(const Env& env, const char* name, long min, long max, int* out) {
-  auto it = env.find(name);
-  if (it == env.end() || it->second.empty()) return Status::OK();
-  char* end = nullptr;
-  const long v = std::strtol(it->second.c_str(), &end, 10);
-  if (end == it->second.c_str() || *end != '\0' || v < min || v > max) {
-    return bad(name, it->second,
-               "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-  }
-  *out = static_cast<int>(v);
-  return Status::OK();
-}
-
-// "0" or "1" (unset or empty: *out keeps its default).
-Status read_flag(const Env& env, const char* name, bool* out) {
-  auto it = env.find(name);
-  if (it == env.end() || it->second.empty()) return Status::OK();
-  if (it->second != "0" && it->second != "1") return bad(name, it->second, "0 or 1");
-  *out = it->second == "1";
-  return Status::OK();
+const std::vector<Option>& options() {
+  static const std::vector<Option> kOptions = {
+#define KOLO_OPTION(type, member, name, default_value, accepts, doc) \
+  make_option<type>(name, doc, accepts, &Config::member),
+#include "core/options.def"
+#undef KOLO_OPTION
+  };
+  return kOptions;
 }
 
 }  // namespace
 
+const std::vector<OptionDoc>& config_options() {
+  static const std::vector<OptionDoc> kDocs = [] {
+    std::vector<OptionDoc> docs;
+    for (const Option& o : options()) {
+      docs.push_back({o.name, o.default_value.c_str(), o.doc, o.accepts.c_str()});
+    }
+    return docs;
+  }();
+  return kDocs;
+}
+
 Status parse_config(const Env& env, Config* out) {
   Config c;
-  KOLO_RETURN_IF_ERROR(read_int(env, "KOLO_CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
-  KOLO_RETURN_IF_ERROR(
-      read_double(env, "KOLO_CYCLE_TIME_MS", 0, kMaxCycleTimeMs, &c.cycle_time_ms));
-  KOLO_RETURN_IF_ERROR(
-      read_double(env, "KOLO_STALL_CHECK_SECONDS", 0, kMaxDurationSeconds, &c.stall_check_seconds));
-  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_STALL_SHUTDOWN_SECONDS", 0, kMaxDurationSeconds,
-                                   &c.stall_shutdown_seconds));
-  KOLO_RETURN_IF_ERROR(read_double(env, "KOLO_PEER_TIMEOUT_SECONDS", 0.001, kMaxDurationSeconds,
-                                   &c.peer_timeout_seconds));
-  if (auto it = env.find("KOLO_LOG_LEVEL"); it != env.end() && !it->second.empty()) {
-    if (!log::parse_level(it->second, &c.log_level)) {
-      return bad("KOLO_LOG_LEVEL", it->second, "trace, debug, info, warning, error or off");
-    }
-  }
-  if (auto it = env.find("KOLO_TRANSPORT"); it != env.end() && !it->second.empty()) {
-    if (it->second != "auto" && it->second != "mpi" && it->second != "local") {
-      return bad("KOLO_TRANSPORT", it->second, "auto, mpi or local");
-    }
-    c.transport = it->second;
-  }
-  KOLO_RETURN_IF_ERROR(read_int64(env, "KOLO_FUSION_THRESHOLD", 0, std::int64_t{1} << 40,
-                                  &c.fusion_threshold_bytes));
-  if (auto it = env.find("KOLO_TIMELINE"); it != env.end()) c.timeline_path = it->second;
-  KOLO_RETURN_IF_ERROR(read_flag(env, "KOLO_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
-  KOLO_RETURN_IF_ERROR(read_flag(env, "KOLO_AUTOTUNE", &c.autotune));
-  KOLO_RETURN_IF_ERROR(read_flag(env, "KOLO_CYCLE_ON_DEMAND", &c.cycle_on_demand));
-  if (auto it = env.find("KOLO_AUTOTUNE_LOG"); it != env.end()) c.autotune_log = it->second;
-  KOLO_RETURN_IF_ERROR(
-      read_int(env, "KOLO_AUTOTUNE_WARMUP_SAMPLES", 1, 1000, &c.autotune_warmup_samples));
-  KOLO_RETURN_IF_ERROR(
-      read_int(env, "KOLO_AUTOTUNE_CYCLES_PER_SAMPLE", 1, 1000000, &c.autotune_cycles_per_sample));
-  if (auto it = env.find("KOLO_HIERARCHICAL"); it != env.end() && !it->second.empty()) {
-    if (it->second != "auto" && it->second != "0" && it->second != "1") {
-      return bad("KOLO_HIERARCHICAL", it->second, "auto, 0 or 1");
-    }
-    c.hierarchical = it->second;
-  }
-  if (auto it = env.find("KOLO_SHM"); it != env.end() && !it->second.empty()) {
-    if (it->second != "auto" && it->second != "0" && it->second != "1") {
-      return bad("KOLO_SHM", it->second, "auto, 0 or 1");
-    }
-    c.shm = it->second;
+  for (const Option& o : options()) {
+    auto it = env.find(o.name);
+    if (it == env.end() || it->second.empty()) continue;  // the default
+    KOLO_RETURN_IF_ERROR(o.parse(it->second, &c));
   }
   *out = c;
   return Status::OK();

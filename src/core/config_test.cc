@@ -196,28 +196,102 @@ TEST(ConfigTest, OptionsTableDocumentsDefaults) {
   }
 }
 
-// The documented defaults, fed back through the parser, give the built-in defaults.
+// The documented defaults, fed back through the parser, give the built-in defaults: for
+// every member, as options.def lists them.
 TEST(ConfigTest, DocumentedDefaultsParseToBuiltInDefaults) {
   Env env;
   for (const auto& o : config_options()) env[o.name] = o.default_value;
   const Config documented = parse_ok(env);
   const Config builtin = parse_ok({});
-  EXPECT_EQ(documented.cache_capacity, builtin.cache_capacity);
-  EXPECT_EQ(documented.cycle_time_ms, builtin.cycle_time_ms);
-  EXPECT_EQ(documented.stall_check_seconds, builtin.stall_check_seconds);
-  EXPECT_EQ(documented.stall_shutdown_seconds, builtin.stall_shutdown_seconds);
-  EXPECT_EQ(documented.peer_timeout_seconds, builtin.peer_timeout_seconds);
-  EXPECT_EQ(documented.log_level, builtin.log_level);
-  EXPECT_EQ(documented.transport, builtin.transport);
-  EXPECT_EQ(documented.fusion_threshold_bytes, builtin.fusion_threshold_bytes);
-  EXPECT_EQ(documented.shm, builtin.shm);
-  EXPECT_EQ(documented.hierarchical, builtin.hierarchical);
-  EXPECT_EQ(documented.timeline_path, builtin.timeline_path);
-  EXPECT_EQ(documented.timeline_mark_cycles, builtin.timeline_mark_cycles);
-  EXPECT_EQ(documented.autotune, builtin.autotune);
-  EXPECT_EQ(documented.autotune_log, builtin.autotune_log);
-  EXPECT_EQ(documented.autotune_warmup_samples, builtin.autotune_warmup_samples);
-  EXPECT_EQ(documented.autotune_cycles_per_sample, builtin.autotune_cycles_per_sample);
+#define KOLO_OPTION(type, member, name, default_value, accepts, doc) \
+  EXPECT_EQ(documented.member, builtin.member) << name;
+#include "core/options.def"
+#undef KOLO_OPTION
+}
+
+// Each option alone, set to its documented default, parses (a default the option's own
+// kind refused would fail here).
+TEST(ConfigTest, EveryOptionParsesItsDefault) {
+  for (const auto& o : config_options()) {
+    Config c;
+    const Status s = parse_config({{o.name, o.default_value}}, &c);
+    EXPECT_TRUE(s.ok()) << o.name << "=" << o.default_value << ": " << s.to_string();
+  }
+}
+
+// The help rows are the declarations of options.def, in their order, each with its doc.
+TEST(ConfigTest, HelpRowsComeFromTheDeclarations) {
+  const std::vector<std::string> declared = {
+#define KOLO_OPTION(type, member, name, default_value, accepts, doc) name,
+#include "core/options.def"
+#undef KOLO_OPTION
+  };
+  std::vector<std::string> listed;
+  for (const auto& o : config_options()) {
+    listed.push_back(o.name);
+    EXPECT_GT(std::string(o.doc).size(), 10u) << o.name;
+  }
+  EXPECT_EQ(listed, declared);
+  EXPECT_EQ(listed.size(), 17u);
+}
+
+// What each kind of option accepts, as the help says it and as its error message says it
+// (the messages are those the hand-written parser gave).
+TEST(ConfigTest, AcceptedValuesAndMessagesFollowTheKind) {
+  const std::pair<const char*, const char*> accepts[] = {
+      {"KOLO_CACHE_CAPACITY", "an integer in [0, 1048576]"},
+      {"KOLO_FUSION_THRESHOLD", "an integer in [0, 1099511627776]"},
+      {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "an integer in [1, 1000]"},
+      {"KOLO_CYCLE_TIME_MS", "a number in [0, 60000]"},
+      {"KOLO_PEER_TIMEOUT_SECONDS", "a number in [0.001, 604800]"},
+      {"KOLO_STALL_SHUTDOWN_SECONDS", "a number in [0, 604800]"},
+      {"KOLO_CYCLE_ON_DEMAND", "0 or 1"},
+      {"KOLO_AUTOTUNE", "0 or 1"},
+      {"KOLO_TRANSPORT", "auto, mpi or local"},
+      {"KOLO_SHM", "auto, 0 or 1"},
+      {"KOLO_HIERARCHICAL", "auto, 0 or 1"},
+      {"KOLO_LOG_LEVEL", "trace, debug, info, warning, error or off"},
+      {"KOLO_TIMELINE", ""},
+      {"KOLO_AUTOTUNE_LOG", ""},
+  };
+  for (const auto& [name, want] : accepts) {
+    const OptionDoc* o = find_option(config_options(), name);
+    ASSERT_NE(o, nullptr) << name;
+    EXPECT_STREQ(o->accepts, want) << name;
+  }
+  const std::pair<Env, const char*> messages[] = {
+      {{{"KOLO_CACHE_CAPACITY", "-1"}},
+       "KOLO_CACHE_CAPACITY=-1 is not valid: expected an integer in [0, 1048576]"},
+      {{{"KOLO_PEER_TIMEOUT_SECONDS", "0"}},
+       "KOLO_PEER_TIMEOUT_SECONDS=0 is not valid: expected a number in [0.001, 604800]"},
+      {{{"KOLO_TRANSPORT", "tcp"}}, "KOLO_TRANSPORT=tcp is not valid: expected auto, mpi or local"},
+      {{{"KOLO_LOG_LEVEL", "loud"}},
+       "KOLO_LOG_LEVEL=loud is not valid: expected trace, debug, info, warning, error or off"},
+      {{{"KOLO_AUTOTUNE", "yes"}}, "KOLO_AUTOTUNE=yes is not valid: expected 0 or 1"},
+      {{{"KOLO_SHM", "on"}}, "KOLO_SHM=on is not valid: expected auto, 0 or 1"},
+  };
+  for (const auto& [env, want] : messages) {
+    Config c;
+    const Status s = parse_config(env, &c);
+    EXPECT_EQ(s.message(), want);
+  }
+}
+
+// Every option that is not free text refuses a word, naming itself, the value and what
+// it accepts; free text takes anything.
+TEST(ConfigTest, EveryOptionRefusesAValueOutsideItsKind) {
+  for (const auto& o : config_options()) {
+    Config c;
+    const Status s = parse_config({{o.name, "bogus value"}}, &c);
+    if (*o.accepts == '\0') {
+      EXPECT_TRUE(s.ok()) << o.name << ": " << s.to_string();
+      continue;
+    }
+    ASSERT_FALSE(s.ok()) << o.name << " accepted 'bogus value'";
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << o.name;
+    EXPECT_EQ(s.message(),
+              std::string(o.name) + "=bogus value is not valid: expected " + o.accepts);
+  }
 }
 
 TEST(ConfigTest, LauncherVariablesListed) {

@@ -1,6 +1,9 @@
 #include "core/launch_env.h"
 
+#include <climits>
 #include <cstdlib>
+
+#include "common/logging.h"
 
 namespace kolo::core {
 namespace {
@@ -27,9 +30,21 @@ bool from(const Env& env, const char* launcher, const char* rank, const char* si
   return true;
 }
 
-}  // namespace
+// KOLO_TEST_HOSTS: a number of hosts; anything else is ignored (0: off) with a warning.
+int test_hosts(const Env& env) {
+  auto it = env.find("KOLO_TEST_HOSTS");
+  if (it == env.end() || it->second.empty()) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (end != it->second.c_str() && *end == '\0' && v >= 0 && v <= INT_MAX) {
+    return static_cast<int>(v);
+  }
+  KOLO_LOG(kWarning, "launch") << "ignoring KOLO_TEST_HOSTS=" << it->second
+                               << ": expected a number of hosts (0: off)";
+  return 0;
+}
 
-LaunchEnv detect_launch_env(const Env& env) {
+LaunchEnv detect_ranks(const Env& env) {
   LaunchEnv e;
   if (from(env, "kolorun", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", &e) ||
       from(env, "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -50,6 +65,30 @@ LaunchEnv detect_launch_env(const Env& env) {
     return e;
   }
   return LaunchEnv{};
+}
+
+}  // namespace
+
+LaunchEnv detect_launch_env(const Env& env) {
+  LaunchEnv e = detect_ranks(env);
+  e.test_hosts = test_hosts(env);
+  return e;
+}
+
+transport::TransportContext transport_context(const Config& config, const LaunchEnv& launch) {
+  transport::TransportContext context;
+  context.shm = config.shm;
+  context.hierarchical = config.hierarchical;
+  context.fusion_threshold_bytes = config.fusion_threshold_bytes;
+  context.test_hosts = launch.test_hosts;
+  return context;
+}
+
+Status transport_context(const Env& env, transport::TransportContext* out) {
+  Config config;
+  KOLO_RETURN_IF_ERROR(parse_config(env, &config));
+  *out = transport_context(config, detect_launch_env(env));
+  return Status::OK();
 }
 
 }  // namespace kolo::core

@@ -40,6 +40,7 @@ std::string help_footer() {
   for (const auto& v : kolo::core::config_options()) {
     const std::string value = *v.default_value ? v.default_value : "unset";
     s += "  " + std::string(v.name) + " (default: " + value + ")\n      " + v.doc + "\n";
+    if (*v.accepts) s += "      values: " + std::string(v.accepts) + "\n";
   }
   s += "\nWorker output is prefixed with \"[rank] \". When a worker fails, the others get\n"
        "--grace-seconds to finish or report their own errors (e.g. a peer timeout,\n"

@@ -1,5 +1,5 @@
 // The transport table of a build with MPI: "mpi" creates the MPI communicator and then
-// picks what runs on top of it:
+// picks what runs on top of it, as the TransportContext says:
 //   - several hosts with several ranks each: the hierarchical transport (shm inside a
 //     host, MPI across; KOLO_HIERARCHICAL: auto, 0, 1; see transport/hier/);
 //   - every rank on one host: the shared-memory transport (KOLO_SHM: auto, 0, 1; see
@@ -15,9 +15,12 @@
 namespace kolo::transport {
 namespace {
 
-Status create_mpi_family(std::unique_ptr<Communicator>* out) {
-  const MpiOptions mpi_options = mpi_options_from_env();
-  const HierOptions hier_options = hier_options_from_env();
+Status create_mpi_family(const TransportContext& context, std::unique_ptr<Communicator>* out) {
+  MpiOptions mpi_options;
+  mpi_options.test_hosts = context.test_hosts;
+  HierOptions hier_options;
+  hier_options.mode = context.hierarchical;
+  hier_options.shm = shm_options(context.shm, context.fusion_threshold_bytes);
   std::unique_ptr<Communicator> comm;
   KOLO_RETURN_IF_ERROR(create_mpi_communicator(mpi_options, &comm));
   bool hierarchical = false;

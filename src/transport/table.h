@@ -4,6 +4,7 @@
 // (CMake compiles table.cc with or without the MPI entry). No #ifdef in runtime logic.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,11 +14,24 @@
 
 namespace kolo::transport {
 
+// What a transport factory is handed: its slice of the parsed configuration (the KOLO_*
+// options of core/options.def, already validated) and of the launch environment. The core
+// builds it (core::transport_context, core/launch_env.h); a transport never reads the
+// environment itself. The defaults are those of an empty environment.
+struct TransportContext {
+  std::string shm = "auto";           // KOLO_SHM: auto, 0 or 1 (see shm/shm_communicator.h)
+  std::string hierarchical = "auto";  // KOLO_HIERARCHICAL: auto, 0 or 1 (see hier/)
+  // KOLO_FUSION_THRESHOLD: also sizes the shm transport's regions (shm_region_bytes).
+  std::int64_t fusion_threshold_bytes = std::int64_t{64} << 20;
+  // KOLO_TEST_HOSTS (test-only, 0 = off): fake this many hosts (see MpiOptions::test_hosts).
+  int test_hosts = 0;
+};
+
 struct TransportFactory {
   const char* name;  // "mpi", ...
   // Creates the communicator of all ranks of the job. Called on the runtime's background
   // thread, which is the only thread that uses the communicator afterwards.
-  Status (*create)(std::unique_ptr<Communicator>* out);
+  Status (*create)(const TransportContext& context, std::unique_ptr<Communicator>* out);
 };
 
 // Multi-process transports of this build, in preference order.

@@ -26,6 +26,7 @@
 
 #include <thread>
 
+#include "core/config.h"
 #include "core/testing/values.h"
 #include "kolo/kolo.h"
 
@@ -197,8 +198,11 @@ void run_autotune(int rank, int n) {
           step, a[999], b[0]);
   }
   kolo::shutdown();  // closes the log
-  const char* path = std::getenv("KOLO_AUTOTUNE_LOG");
-  if (rank != 0 || path == nullptr) return;
+  // The log's path, as the runtime read it (KOLO_AUTOTUNE_LOG).
+  kolo::core::Config config;
+  const bool parsed = kolo::core::parse_config(kolo::core::process_env(), &config).ok();
+  const char* path = config.autotune_log.c_str();
+  if (rank != 0 || !parsed || !*path) return;
   std::FILE* f = std::fopen(path, "r");
   CHECK(f != nullptr, "cannot read %s", path);
   if (f == nullptr) return;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/launch_env.h"
 #include "hier_check.h"
 #include "transport/hier/hier_internal.h"
 #include "transport/table.h"
@@ -31,9 +32,7 @@ namespace {
 
 using namespace check;  // NOLINT: the check harness
 
-void check_topology(Communicator* comm, Checker& c) {
-  const char* env = std::getenv("KOLO_TEST_HOSTS");
-  const int hosts = env ? std::atoi(env) : 0;
+void check_topology(Communicator* comm, int hosts, Checker& c) {
   const Topology& t = comm->topology();
   c.count();
   if (hosts <= 0) return;
@@ -157,7 +156,11 @@ int main(int argc, char** argv) {
   const std::string arg = argc > 2 ? argv[2] : "";
   const TransportFactory* factory = find_transport("mpi");
   std::unique_ptr<Communicator> comm;
-  const Status s = factory ? factory->create(&comm) : Internal("no mpi transport in this build");
+  TransportContext context;  // as a job's: from the KOLO_* variables mpirun passed on
+  Status s = core::transport_context(core::process_env(), &context);
+  if (s.ok()) {
+    s = factory ? factory->create(context, &comm) : Internal("no mpi transport in this build");
+  }
   if (!s.ok()) {
     std::printf("FAIL setup: %s\n", s.to_string().c_str());
     return 1;
@@ -182,7 +185,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   check::Checker c(comm.get(), std::chrono::seconds(60));
-  hier_check::check_topology(comm.get(), c);
+  hier_check::check_topology(comm.get(), context.test_hosts, c);
   c.end_group("hierarchical topology follows KOLO_TEST_HOSTS");
   hier_check::check_allreduce(hier, c);
   c.end_group(

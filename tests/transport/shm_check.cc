@@ -22,6 +22,7 @@
 
 #include "check_harness.h"
 #include "common/reduce.h"
+#include "core/launch_env.h"
 #include "shm_check.h"
 #include "transport/mpi/mpi_communicator.h"
 #include "transport/shm/shm_communicator.h"
@@ -123,7 +124,9 @@ void check_others(Communicator* comm, Checker& c) {
 int run_select(const std::string& expect) {
   const TransportFactory* t = find_transport("mpi");
   std::unique_ptr<Communicator> comm;
-  const Status s = t ? t->create(&comm) : Internal("no mpi transport in this build");
+  TransportContext context;  // as a job's: from the KOLO_* variables mpirun passed on
+  Status s = core::transport_context(core::process_env(), &context);
+  if (s.ok()) s = t ? t->create(context, &comm) : Internal("no mpi transport in this build");
   if (!s.ok()) {
     std::printf("FAIL select: %s\n", s.to_string().c_str());
     return 1;
@@ -148,8 +151,10 @@ int main(int argc, char** argv) {
   if (mode == "--select") return shm_check::run_select(arg);
 
   std::unique_ptr<Communicator> comm;
-  Status s = create_mpi_communicator(&comm);
-  if (s.ok()) s = wrap_in_shm(comm, shm_options_from_env());
+  TransportContext context;
+  Status s = core::transport_context(core::process_env(), &context);
+  if (s.ok()) s = create_mpi_communicator(&comm);
+  if (s.ok()) s = wrap_in_shm(comm, shm_options(context.shm, context.fusion_threshold_bytes));
   if (!s.ok()) {
     std::printf("FAIL setup: %s\n", s.to_string().c_str());
     return 1;

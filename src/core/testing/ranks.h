@@ -1,7 +1,6 @@
 // Test helper: N ranks as threads, each with its own Runtime over one InprocWorld.
 #pragma once
 
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -9,23 +8,28 @@
 
 #include <gtest/gtest.h>
 
+#include "core/config.h"
 #include "core/runtime.h"
 #include "transport/inproc/inproc.h"
 
 namespace kolo::core::testing {
 
+// The unit tests' config: defaults, a 20 s peer timeout (a hang fails the test instead of
+// blocking CI), and two variables of the process environment, parsed by the registry:
+// KOLO_LOG_LEVEL=trace shows negotiation while debugging a test; KOLO_CYCLE_ON_DEMAND=0
+// runs the tests with timer-driven cycles (the MPI transport's). A bad value of either
+// fails the test that asked, naming it.
 inline Config test_config() {
+  const Env process = process_env();
+  Env env;
+  for (const char* name : {"KOLO_LOG_LEVEL", "KOLO_CYCLE_ON_DEMAND"}) {
+    if (auto it = process.find(name); it != process.end()) env.insert(*it);
+  }
   Config c;
-  // KOLO_LOG_LEVEL=trace shows negotiation while debugging a test.
-  if (const char* level = std::getenv("KOLO_LOG_LEVEL")) {
-    log::Level l;
-    if (log::parse_level(level, &l)) log::set_level(l);
-  }
-  c.peer_timeout_seconds = 20;  // a hang fails the test instead of blocking CI
-  // KOLO_CYCLE_ON_DEMAND=0 runs the tests with timer-driven cycles (the MPI transport's).
-  if (const char* on_demand = std::getenv("KOLO_CYCLE_ON_DEMAND")) {
-    c.cycle_on_demand = std::string(on_demand) != "0";
-  }
+  const Status s = parse_config(env, &c);
+  if (!s.ok()) ADD_FAILURE() << "test_config: " << s.to_string();
+  if (!env["KOLO_LOG_LEVEL"].empty()) log::set_level(c.log_level);
+  c.peer_timeout_seconds = 20;
   return c;
 }
 

@@ -12,7 +12,6 @@
 //      barriers and the cross-host waits poll.
 //
 // Not for: the collectives themselves (hier_collectives.cc).
-#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -36,13 +35,6 @@ Status same_local_size(Communicator& comm, Deadline deadline, bool* same) {
 }
 
 }  // namespace
-
-HierOptions hier_options_from_env() {
-  HierOptions o;
-  if (const char* mode = std::getenv("KOLO_HIERARCHICAL"); mode && *mode) o.mode = mode;
-  o.shm = shm_options_from_env();
-  return o;
-}
 
 Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptions& options) {
   Communicator& world = *comm;

@@ -33,9 +33,6 @@ struct HierOptions {
   ShmOptions shm;
 };
 
-// The options from KOLO_HIERARCHICAL, KOLO_SHM and KOLO_FUSION_THRESHOLD (read once, here).
-HierOptions hier_options_from_env();
-
 // Replaces `comm` (made by create_mpi_communicator) by a HierarchicalCommunicator over it.
 // Collective: every rank of `comm` calls it with the same options. On failure `comm` is
 // left unchanged and usable, and every rank gets a non-OK status (the same decision

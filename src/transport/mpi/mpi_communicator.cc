@@ -30,21 +30,6 @@ Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Commun
   return mpi::MpiCommunicator::create(options, out);
 }
 
-MpiOptions mpi_options_from_env() {
-  MpiOptions o;
-  if (const char* h = std::getenv("KOLO_TEST_HOSTS"); h && *h) {
-    char* end = nullptr;
-    const long v = std::strtol(h, &end, 10);
-    if (end != h && *end == '\0' && v >= 0 && v <= INT_MAX) {
-      o.test_hosts = static_cast<int>(v);
-    } else {
-      KOLO_LOG(kWarning, "mpi") << "ignoring KOLO_TEST_HOSTS=" << h
-                                << ": expected a number of hosts (0: off)";
-    }
-  }
-  return o;
-}
-
 Status split_mpi_communicator(Communicator& world, MpiGroup group,
                               std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks) {
   auto* mpi = dynamic_cast<mpi::MpiCommunicator*>(&world);

@@ -30,16 +30,14 @@ namespace kolo::transport {
 Status create_mpi_communicator(std::unique_ptr<Communicator>* out);
 
 struct MpiOptions {
-  // KOLO_TEST_HOSTS (test-only; default 0 = off): pretend the ranks run on this many hosts,
+  // KOLO_TEST_HOSTS (test-only; default 0 = off; read by core/launch_env.cc and handed
+  // over in the TransportContext): pretend the ranks run on this many hosts,
   // cut into contiguous blocks of ranks (rank r is on host r * hosts / size), instead of
   // asking MPI which ranks share memory. Lets one machine exercise multi-host code paths
   // (the hierarchical transport); the topology's local_* and cross_* fields follow the
   // fake grouping. Must be between 1 and the number of ranks.
   int test_hosts = 0;
 };
-// The options from KOLO_TEST_HOSTS (read once, here). A value that is not a positive
-// integer is ignored with a warning.
-MpiOptions mpi_options_from_env();
 // As above, with options.
 Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Communicator>* out);
 

@@ -10,7 +10,6 @@
 //      cannot leak the segment: the memory goes away with the last mapping.
 //
 // Not for: the collectives run in the segment (shm_collectives.cc).
-#include <cstdlib>
 #include <utility>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -30,14 +29,10 @@ std::size_t shm_region_bytes(long long fusion_threshold) {
   return (bytes + kPage - 1) / kPage * kPage;
 }
 
-ShmOptions shm_options_from_env() {
+ShmOptions shm_options(const std::string& mode, long long fusion_threshold) {
   ShmOptions o;
-  if (const char* mode = std::getenv("KOLO_SHM"); mode && *mode) o.mode = mode;
-  if (const char* t = std::getenv("KOLO_FUSION_THRESHOLD"); t && *t) {
-    char* end = nullptr;
-    const long long v = std::strtoll(t, &end, 10);
-    if (end != t && *end == '\0') o.region_bytes = shm_region_bytes(v);
-  }
+  o.mode = mode;
+  o.region_bytes = shm_region_bytes(fusion_threshold);
   return o;
 }
 

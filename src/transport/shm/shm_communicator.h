@@ -37,8 +37,9 @@ struct ShmOptions {
   double bootstrap_timeout_seconds = 60.0;
 };
 
-// The options from KOLO_SHM and KOLO_FUSION_THRESHOLD (read once, here).
-ShmOptions shm_options_from_env();
+// The options for a KOLO_SHM mode and a KOLO_FUSION_THRESHOLD value (both parsed and
+// checked by the core: the transport table hands them over in its TransportContext).
+ShmOptions shm_options(const std::string& mode, long long fusion_threshold);
 // The region size for a KOLO_FUSION_THRESHOLD value (see ShmOptions::region_bytes).
 std::size_t shm_region_bytes(long long fusion_threshold);
 
