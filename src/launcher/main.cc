@@ -23,6 +23,7 @@
 #include "launcher/mpirun_command.h"
 #include "launcher/shim.h"
 #include "launcher/supervisor.h"
+#include "launcher/threads.h"
 
 namespace {
 
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  launcher::print_threads_notice(request, inputs.env, inputs.this_host_names);
   launcher::SuperviseOptions supervise;
   supervise.mpirun_argv = command;
   supervise.np = np;
