@@ -5,10 +5,13 @@
 //   kolo::init();
 //   auto device = kolo::device();                    // cuda:<local_rank> or cpu
 //   torch::optim::Adam adam(model->parameters(), 1e-3 * kolo::size());
-//   kolo::DistributedOptimizer opt(adam, model->named_parameters());
+//   kolo::DistributedOptimizer opt(adam, *model);   // also keeps buffers at rank 0's
 //   kolo::broadcast_parameters(model->named_parameters(), 0);
 //   kolo::broadcast_optimizer_state(adam, 0);
-//   ... loss.backward(); opt.step(); ...
+//   kolo::DistributedSampler sampler(dataset_size, kolo::size(), kolo::rank());
+//   auto loader = torch::data::make_data_loader(dataset, sampler, options);
+//   for (epoch ...) for (auto& batch : *loader) { ... loss.backward(); opt.step(); }
+//   kolo::shutdown();
 //
 // Works with Debian's libtorch 1.13 and libtorch 2.x. CUDA tensors are staged through
 // host memory (the NCCL path is a later issue). Every function here acts on the default
