@@ -191,6 +191,8 @@ int main(int argc, char** argv) {
   // KOLO_* variables; the shim removes it from the program's environment).
   const std::string token = launcher::make_event_token();
   ::setenv(launcher::kTokenVar, token.c_str(), 1);
+  launcher::prepare_worker_threads(request, kolo::core::process_env(), this_host_names(),
+                                   /*announce=*/!dry_run);
   launcher::MpirunInputs inputs;
   inputs.as_root = ::geteuid() == 0;
   inputs.self_exe = self_exe();
@@ -210,7 +212,6 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  launcher::print_threads_notice(request, inputs.env, inputs.this_host_names);
   launcher::SuperviseOptions supervise;
   supervise.mpirun_argv = command;
   supervise.np = np;

@@ -20,6 +20,13 @@ std::optional<int> default_worker_threads(int cores, int local_size,
   return std::max(1, cores / local_size);
 }
 
+std::optional<std::string> worker_threads_value(int cores, int local_size,
+                                                const std::map<std::string, std::string>& env) {
+  if (auto it = env.find(kThreadsVar); it != env.end() && !it->second.empty()) return {};
+  if (auto it = env.find(kJobThreadsVar); it != env.end() && !it->second.empty()) return it->second;
+  return std::to_string(*default_worker_threads(cores, local_size, env));
+}
+
 std::string threads_notice(int cores, int local_size_here,
                            const std::map<std::string, std::string>& env) {
   const std::optional<int> threads = default_worker_threads(cores, local_size_here, env);
@@ -46,9 +53,15 @@ int usable_cores() {
   return 1;
 }
 
-void print_threads_notice(const LaunchRequest& request,
-                          const std::map<std::string, std::string>& env,
-                          const std::vector<std::string>& this_host_names) {
+void prepare_worker_threads(const LaunchRequest& request,
+                            const std::map<std::string, std::string>& env,
+                            const std::vector<std::string>& this_host_names, bool announce) {
+  if (auto it = env.find(kThreadsVar); it != env.end() && !it->second.empty()) {
+    ::setenv(kJobThreadsVar, it->second.c_str(), 1);
+    return;
+  }
+  ::unsetenv(kJobThreadsVar);  // a stale one from an outer job
+  if (!announce) return;
   // Workers on this host: all of a one-host job, else those of the hosts that name it.
   const std::vector<int> per_host = fill_hosts(request.hosts, request.np);
   int here = 0;
@@ -61,9 +74,9 @@ void print_threads_notice(const LaunchRequest& request,
 }
 
 void set_default_worker_threads(int local_size) {
-  const std::optional<int> threads =
-      default_worker_threads(usable_cores(), local_size, core::process_env());
-  if (threads) ::setenv(kThreadsVar, std::to_string(*threads).c_str(), 1);
+  const std::optional<std::string> value =
+      worker_threads_value(usable_cores(), local_size, core::process_env());
+  if (value) ::setenv(kThreadsVar, value->c_str(), 1);
 }
 
 }  // namespace kolo::launcher

@@ -27,6 +27,16 @@ TEST(Threads, TheUsersChoiceWins) {
   EXPECT_EQ(default_worker_threads(16, 2, {{"MKL_NUM_THREADS", "2"}}), 8);
 }
 
+TEST(Threads, WhatTheShimSets) {
+  EXPECT_EQ(worker_threads_value(8, 2, {}), "4");
+  EXPECT_EQ(worker_threads_value(8, 2, {{"OMP_NUM_THREADS", "3"}}), std::nullopt);
+  // kolorun's value reaches other hosts; the host's own still wins.
+  EXPECT_EQ(worker_threads_value(8, 2, {{"KOLO_OMP_NUM_THREADS", "6"}}), "6");
+  EXPECT_EQ(worker_threads_value(8, 2, {{"KOLO_OMP_NUM_THREADS", "6"}, {"OMP_NUM_THREADS", "2"}}),
+            std::nullopt);
+  EXPECT_EQ(worker_threads_value(8, 2, {{"KOLO_OMP_NUM_THREADS", ""}}), "4");
+}
+
 TEST(Threads, NoticeSaysWhatEachWorkerGets) {
   EXPECT_EQ(threads_notice(2, 2, {}),
             "kolorun: OMP_NUM_THREADS is not set: each worker gets cores / workers on its host "

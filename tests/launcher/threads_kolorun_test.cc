@@ -3,6 +3,7 @@
 // alone and nothing is said.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -36,6 +37,15 @@ TEST(KolorunThreads, TheUsersValueIsLeftAlone) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(count(r.out, "threads=3"), 2) << r.out;
   EXPECT_EQ(count(r.err, "OMP_NUM_THREADS"), 0) << r.err;
+}
+
+TEST(KolorunThreads, TheUsersValueTravelsWithTheJob) {
+  // Other hosts get only exported variables: kolorun passes the user's value as a KOLO_*
+  // one, which the dry-run command shows.
+  RunResult r = run_kolorun({"--dry-run", "-np", "2", "-H", "a:1,b:1", "true"}, 30,
+                            {{"OMP_NUM_THREADS", "3"}});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(count(r.out, "-x KOLO_OMP_NUM_THREADS "), 1) << r.out;
 }
 
 TEST(KolorunThreads, DryRunSaysNothing) {
