@@ -5,10 +5,13 @@
 //   kolo::init();
 //   auto device = kolo::device();                    // cuda:<local_rank> or cpu
 //   torch::optim::Adam adam(model->parameters(), 1e-3 * kolo::size());
-//   kolo::DistributedOptimizer opt(adam, model->named_parameters());
+//   kolo::DistributedOptimizer opt(adam, *model);   // also keeps buffers at rank 0's
 //   kolo::broadcast_parameters(model->named_parameters(), 0);
 //   kolo::broadcast_optimizer_state(adam, 0);
-//   ... loss.backward(); opt.step(); ...
+//   kolo::DistributedSampler sampler(dataset_size, kolo::size(), kolo::rank());
+//   auto loader = torch::data::make_data_loader(dataset, sampler, options);
+//   for (epoch ...) for (auto& batch : *loader) { ... loss.backward(); opt.step(); }
+//   kolo::shutdown();
 //
 // Works with Debian's libtorch 1.13 and libtorch 2.x. CUDA tensors are staged through
 // host memory (the NCCL path is a later issue). Every function here acts on the default
@@ -122,10 +125,17 @@ struct DistributedOptimizerOptions {
   int backward_passes_per_step = 1;              // local accumulation: communicate on the last pass
   Compression compression = Compression::kNone;  // wire format of gradients
   double gradient_predivide_factor = 1.0;  // with kAverage: divide by f before, by size/f after
-  std::string name_prefix = "grad.";       // tensor names are prefix + parameter name
+  // Tensor names are prefix + parameter name. Two DistributedOptimizers alive at once (a
+  // GAN's generator and discriminator) need prefixes that keep their names apart.
+  std::string name_prefix = "grad.";
   // A sparse gradient (Embedding with sparse=true) is made dense and reduced as such
   // (Horovod's sparse_as_dense); false: such a gradient is an error naming the parameter.
   bool sparse_as_dense = false;
+  // Only for the constructor that takes a module: every step() also broadcasts the
+  // module's buffers (BatchNorm running statistics) from rank 0, as PyTorch's DDP does by
+  // default (before each forward), so that they do not drift apart across ranks. false:
+  // each rank keeps its own buffers (Horovod's behaviour).
+  bool broadcast_buffers = true;
 };
 
 // Wraps any torch::optim::Optimizer. Gradients are allreduced in place in .grad as each
@@ -134,12 +144,33 @@ struct DistributedOptimizerOptions {
 // backward_passes_per_step before step() is an error (it would change a .grad whose
 // allreduce is running). Parameters that
 // got no gradient in a step are reduced as zeros so ranks never diverge or hang.
-// Every rank must wrap the same named parameters. Not thread-safe.
-class DistributedOptimizer {
+// Every rank must wrap the same named parameters; a parameter can belong to one live
+// DistributedOptimizer only, and two live ones must not produce the same tensor name
+// (see name_prefix): both are errors at construction. Not thread-safe.
+//
+// It is a torch::optim::Optimizer itself, so code written for one takes it: learning-rate
+// schedulers (torch::optim::StepLR(opt, ...)), a train function taking Optimizer&,
+// torch::save(opt, path). Its param_groups() are copies of the wrapped optimizer's (same
+// parameter tensors): a learning rate set on them (by a scheduler, say) reaches the
+// wrapped optimizer at the next step(), and step() then copies back the wrapped
+// optimizer's options, so changes made directly on the wrapped one also show. state()
+// is empty: the state lives in the wrapped optimizer (save()/load() and
+// broadcast_optimizer_state() act on it). libtorch's Optimizer::zero_grad() is not
+// virtual: through an Optimizer& the base version runs, which is right at the start of a
+// step, but a step skipped after backward() needs this class's zero_grad() (the error
+// that follows otherwise says so).
+class DistributedOptimizer : public torch::optim::Optimizer {
  public:
   DistributedOptimizer(torch::optim::Optimizer& optimizer, const NamedTensors& named_parameters,
                        DistributedOptimizerOptions options = {});
-  ~DistributedOptimizer();
+  // The module's named parameters and, with options.broadcast_buffers (the default), its
+  // buffers: kept equal to rank 0's by every step(). Forwards in training mode after a
+  // step (e.g. a GAN discriminator's forward while the generator trains) update them
+  // locally again until the next step(); call kolo::broadcast_buffers() before evaluating
+  // if that matters.
+  DistributedOptimizer(torch::optim::Optimizer& optimizer, torch::nn::Module& module,
+                       DistributedOptimizerOptions options = {});
+  ~DistributedOptimizer() override;
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
@@ -149,8 +180,12 @@ class DistributedOptimizer {
   // for the next step, and then throws the first error; step() then does not update.
   void synchronize();
   // synchronize() (unless skipped, see below, or already called since the last backward
-  // pass) then the wrapped optimizer's step().
-  void step();
+  // pass) then the wrapped optimizer's step(); with a module and broadcast_buffers, also
+  // the buffers' broadcast. A closure (libtorch's LossClosure: zero_grad, forward,
+  // backward, return the loss) is called once, first; its loss is returned (else an
+  // undefined tensor). Optimizers that evaluate the loss several times per step (LBFGS)
+  // cannot be wrapped.
+  torch::Tensor step(LossClosure closure = nullptr) override;
   // Zeroes the wrapped optimizer's gradients. After backward() without step() (skipping a
   // step, e.g. on a NaN loss) it first discards the step's reductions: their allreduces
   // already run with the other ranks and cannot be withdrawn, so it submits the remaining
@@ -161,7 +196,12 @@ class DistributedOptimizer {
   // from an allreduce of the loss): a rank that skips alone still sends its gradients to
   // the others' step, so nobody hangs, but the replicas differ from then on. Before the
   // last of backward_passes_per_step passes (nothing sent yet) it restarts the count.
+  // (Hides Optimizer::zero_grad, which is not virtual; see the class comment.)
   void zero_grad();
+  // The wrapped optimizer's state (and options), after passing on a learning rate set
+  // on this object's param_groups().
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
   torch::optim::Optimizer& optimizer() { return optimizer_; }
 
   // While the returned guard lives, step() does not synchronize: call synchronize()
@@ -187,14 +227,27 @@ class DistributedOptimizer {
   torch::Tensor before_accumulation(Param& p, const torch::Tensor& incoming);
   void after_accumulation(Param& p);
   void submit(Param& p, torch::Tensor& grad);
+  // Learning rates set on param_groups() go to the wrapped optimizer; its options come
+  // back as copies.
+  void share_options();
+  std::vector<TorchHandle> broadcast_buffers_async();
+  friend void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root);
 
   torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
   std::vector<std::unique_ptr<Param>> params_;
+  NamedTensors buffers_;              // with a module and broadcast_buffers
+  std::vector<double> shared_lrs_;    // per group: the learning rate at the last share_options
+  std::vector<std::string> claimed_;  // tensor names this optimizer holds (unique per process)
   bool skip_sync_ = false;
   bool synchronized_ = false;  // synchronize() ran and no backward pass since
   std::vector<Handle::Times> last_times_;
 };
+
+// Overwrites every buffer of `module` (BatchNorm running statistics, ...) with root's,
+// as PyTorch's DDP does before each forward. A DistributedOptimizer built from the module
+// does this at every step() (DistributedOptimizerOptions::broadcast_buffers).
+void broadcast_buffers(const torch::nn::Module& module, int root = 0);
 
 // --- checkpoint files -----------------------------------------------------------------------
 
@@ -218,21 +271,59 @@ void check_archive_writable(const std::string& path);
 // `seed + epoch` (the same on every rank), split round-robin across ranks. With
 // drop_last the shard sizes are equal (the remainder is dropped); without it, the first
 // size % ranks ranks get one more index (use kolo::join() for the remainder).
-class DistributedSampler {
+//
+// It is also a libtorch sampler, for torch::data::make_data_loader(dataset, sampler,
+// options). The DataLoader keeps its own copy and calls reset() at every begin(), i.e.
+// once per epoch; each reset() starts the next epoch, so every epoch is reshuffled even
+// if the program never calls set_epoch() (forgetting PyTorch's sampler.set_epoch(e) is a
+// classic bug: every epoch repeats the first one's order). Copies share the epoch, so
+// set_epoch(e) on the sampler you keep also sets the DataLoader's copy: the next reset()
+// then uses epoch e (e.g. the epoch to resume from) and later ones e + 1, e + 2, ...
+// The first reset() uses the epoch set so far (0 by default). Each copy has its own
+// position within the epoch. Call set_epoch() between epochs, not while a DataLoader
+// iterates (not thread-safe). save()/load() keep the epoch and the position.
+class DistributedSampler : public torch::data::samplers::Sampler<std::vector<std::size_t>> {
  public:
   DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank, bool shuffle = true,
                      std::uint64_t seed = 0, bool drop_last = true);
-  void set_epoch(std::int64_t epoch) { epoch_ = epoch; }
+  // Copies share the epoch (see above); there is no separate move, so a moved-from
+  // sampler stays usable and still shares it.
+  DistributedSampler(const DistributedSampler&) = default;
+  DistributedSampler& operator=(const DistributedSampler&) = default;
+
+  void set_epoch(std::int64_t epoch);
+  std::int64_t epoch() const { return shared_->epoch; }
+  // This rank's indices for the current epoch (what one epoch of next() yields).
   std::vector<std::int64_t> indices() const;
   std::int64_t shard_size() const;
 
+  // libtorch's Sampler interface. reset() starts the next epoch as described above (a
+  // new size, if given, applies to this copy). next(n) returns up to n of this epoch's
+  // indices, nullopt once they are used up; a next() before any reset() starts the
+  // first epoch. save()/load() keep the epoch and position (load() checks that the
+  // archive was saved by a sampler of the same size, ranks and seed); after load(), the
+  // next reset() starts the epoch after the saved one.
+  void reset(c10::optional<std::size_t> new_size = c10::nullopt) override;
+  c10::optional<std::vector<std::size_t>> next(std::size_t batch_size) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
  private:
+  struct Epoch {
+    std::int64_t epoch = 0;
+    bool chosen = false;   // set_epoch() since the last reset(): that reset uses it as is
+    bool started = false;  // a reset() ran: the next one advances
+  };
+  void start_epoch();
   std::int64_t size_;
   int replicas_, rank_;
   bool shuffle_;
   std::uint64_t seed_;
   bool drop_last_;
-  std::int64_t epoch_ = 0;
+  std::shared_ptr<Epoch> shared_ = std::make_shared<Epoch>();
+  std::vector<std::int64_t> current_;  // this copy's indices of the epoch next() serves
+  std::size_t position_ = 0;
+  bool primed_ = false;  // current_ holds an epoch
 };
 
 // An MNIST-format IDX file (gzipped or not): images as float32 [N, 1, rows, cols] in

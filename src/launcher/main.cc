@@ -23,6 +23,7 @@
 #include "launcher/mpirun_command.h"
 #include "launcher/shim.h"
 #include "launcher/supervisor.h"
+#include "launcher/threads.h"
 
 namespace {
 
@@ -191,6 +192,8 @@ int main(int argc, char** argv) {
   // KOLO_* variables; the shim removes it from the program's environment).
   const std::string token = launcher::make_event_token();
   ::setenv(launcher::kTokenVar, token.c_str(), 1);
+  launcher::prepare_worker_threads(request, kolo::core::process_env(), this_host_names(),
+                                   /*announce=*/!dry_run);
   launcher::MpirunInputs inputs;
   inputs.as_root = ::geteuid() == 0;
   inputs.self_exe = self_exe();

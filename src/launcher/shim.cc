@@ -18,6 +18,7 @@
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
+#include "launcher/threads.h"
 
 namespace kolo::launcher {
 namespace {
@@ -219,6 +220,7 @@ int run_shim(const ShimOptions& options) {
   prefix += "] ";
   if (!warning.empty()) say(prefix, "warning: " + warning);
   for (const auto& [name, value] : rank_variables(ranks)) ::setenv(name.c_str(), value.c_str(), 1);
+  set_default_worker_threads(ranks.local_size);  // OMP_NUM_THREADS, unless the user set it
   // The marker token is kolorun's and the shim's; the program does not see it (events.h).
   const char* token_env = std::getenv(kTokenVar);
   const std::string token = token_env ? token_env : "";

@@ -114,6 +114,14 @@ void broadcast_archive(int root, const std::string& name, Write write, Read read
 }  // namespace
 
 void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root) {
+  // A DistributedOptimizer holds no state of its own: the wrapped optimizer's is meant,
+  // and its copies of the options follow.
+  if (auto* d = dynamic_cast<DistributedOptimizer*>(&optimizer)) {
+    d->share_options();
+    broadcast_optimizer_state(d->optimizer(), root);
+    d->share_options();
+    return;
+  }
   // libtorch's optimizer serialization carries the state tensors (step counts, moments);
   // loading it does not replace the groups' options, so they travel separately. Loading
   // only adds state, so a rank's own state goes first (root may have none yet), and the

@@ -8,13 +8,22 @@
 // rest of backward with no copy of the gradient. synchronize() reduces parameters that got
 // no gradient (as zeros, so every rank submits the same names) and waits for every
 // allreduce. zero_grad() before step() (a skipped step) finishes and discards the step's
-// allreduces. Not for: broadcasting initial state (broadcast.cc).
+// allreduces. As a torch::optim::Optimizer it keeps copies of the wrapped optimizer's
+// parameter groups, so that learning-rate schedulers can set their options; step() passes
+// a changed learning rate on and copies the options back. A process-wide registry of the
+// tensor names and parameters that live DistributedOptimizers hold turns a clash (two
+// optimizers with one name_prefix, or one parameter wrapped twice) into an error at
+// construction instead of a "duplicate name" from inside a backward pass.
+// Not for: broadcasting initial state (broadcast.cc).
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -32,6 +41,9 @@ struct DistributedOptimizer::Param {
   int passes = 0;          // gradients seen since the last synchronize
   bool submitted = false;  // this step's gradient is final (and reduced or reducing)
   TorchHandle handle;      // valid while this step's allreduce is in flight (or not yet waited)
+  // .grad as submitted: a later change means something else zeroed or replaced it.
+  const void* submitted_grad = nullptr;
+  std::int64_t submitted_version = 0;
   bool communicating() const { return handle.handle().valid(); }
 };
 
@@ -51,12 +63,45 @@ class AfterAccumulation : public torch::autograd::FunctionPostHook {
   std::function<void()> fn_;
 };
 
+// Tensor names and parameters held by the live DistributedOptimizers of this process.
+// Leaked on purpose: a static optimizer may outlive any static registry.
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<std::string> names;
+  std::unordered_map<const void*, std::string> params;  // parameter -> its tensor name
+};
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
+}
+
+std::optional<double> lr_of(const torch::optim::OptimizerOptions& o) {
+  try {
+    return o.get_lr();
+  } catch (const c10::Error&) {  // options of a custom optimizer without get_lr()
+    return std::nullopt;
+  }
+}
+
+std::vector<torch::optim::OptimizerParamGroup> groups_of(torch::optim::Optimizer& o) {
+  return {o.param_groups().begin(), o.param_groups().end()};  // copies the options
+}
+
+// What a user of two DistributedOptimizers (a GAN) needs to hear when one's backward
+// pass reaches the other's parameters.
+const char* const kOtherModel =
+    " If the extra backward pass was another model's (a GAN generator's loss flowing back "
+    "through the discriminator), freeze these parameters (requires_grad_(false)) while the "
+    "other model trains, or detach their output from its loss.";
+
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                            const NamedTensors& named_parameters,
                                            DistributedOptimizerOptions options)
-    : optimizer_(optimizer), options_(std::move(options)) {
+    : torch::optim::Optimizer(groups_of(optimizer), optimizer.defaults().clone()),
+      optimizer_(optimizer),
+      options_(std::move(options)) {
   if (options_.backward_passes_per_step < 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "DistributedOptimizer: backward_passes_per_step must be >= 1, got " +
@@ -119,10 +164,76 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                     " of the optimizer's parameters are not among the named parameters; pass "
                     "model->named_parameters() covering every parameter the optimizer updates");
   }
+  if (dynamic_cast<torch::optim::LBFGS*>(&optimizer_) != nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "DistributedOptimizer: LBFGS evaluates the loss several times per step, and "
+                "each backward pass would be reduced; use a first-order optimizer (SGD, "
+                "Adam, ...)");
+  }
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& p : params_) {
+      const std::string full = options_.name_prefix + p->name;
+      if (auto it = r.params.find(p->tensor.unsafeGetTensorImpl()); it != r.params.end()) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "DistributedOptimizer: parameter '" + p->name +
+                        "' already belongs to another live DistributedOptimizer (as tensor '" +
+                        it->second +
+                        "'); wrap each parameter once: one DistributedOptimizer per optimizer, "
+                        "each over its own parameters");
+      }
+      if (r.names.count(full) != 0) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "DistributedOptimizer: tensor name '" + full + "' (name_prefix '" +
+                        options_.name_prefix + "' + parameter '" + p->name +
+                        "') is already used by another live DistributedOptimizer; give each "
+                        "DistributedOptimizer its own DistributedOptimizerOptions::name_prefix "
+                        "(e.g. \"generator.\" and \"discriminator.\")");
+      }
+    }
+    for (const auto& p : params_) {
+      const std::string full = options_.name_prefix + p->name;
+      r.names.insert(full);
+      r.params.emplace(p->tensor.unsafeGetTensorImpl(), full);
+      claimed_.push_back(full);
+    }
+  }
+  for (const auto& group : optimizer_.param_groups())
+    shared_lrs_.push_back(lr_of(group.options()).value_or(std::nan("")));
   ensure_hooks();
 }
 
+DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
+                                           torch::nn::Module& module,
+                                           DistributedOptimizerOptions options)
+    : DistributedOptimizer(optimizer, module.named_parameters(), std::move(options)) {
+  if (!options_.broadcast_buffers) return;
+  buffers_ = module.named_buffers();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& item : buffers_) {
+    const std::string full = "buffer:" + options_.name_prefix + item.key();
+    if (!r.names.insert(full).second) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "DistributedOptimizer: buffer tensor name '" + full +
+                      "' is already used by another live DistributedOptimizer; give each its "
+                      "own name_prefix");
+    }
+    claimed_.push_back(full);
+  }
+}
+
 DistributedOptimizer::~DistributedOptimizer() {
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& name : claimed_) r.names.erase(name);
+    for (const auto& p : params_) {
+      auto it = r.params.find(p->tensor.unsafeGetTensorImpl());
+      if (it != r.params.end() && it->second == options_.name_prefix + p->name) r.params.erase(it);
+    }
+  }
   for (auto& p : params_) {
     if (p->hooked) {
       p->tensor.remove_hook(p->hook);
@@ -156,14 +267,29 @@ torch::Tensor DistributedOptimizer::before_accumulation(Param& p, const torch::T
   synchronized_ = false;
   if (p.submitted) {
     // Accumulating now would change .grad under its running allreduce.
+    const torch::Tensor& grad = p.tensor.grad();
+    const std::string n = std::to_string(options_.backward_passes_per_step);
+    if (!grad.defined() || grad.unsafeGetTensorImpl() != p.submitted_grad ||
+        grad._version() != p.submitted_version) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          "DistributedOptimizer (name_prefix '" + options_.name_prefix + "'): parameter '" +
+              p.name +
+              "' got a gradient, but its .grad was zeroed or replaced after its allreduce for "
+              "this step started, by something other than this DistributedOptimizer (a "
+              "module's zero_grad(), or torch::optim::Optimizer::zero_grad() called through an "
+              "Optimizer&: it is not virtual). To skip a step after backward(), call zero_grad() "
+              "on the kolo::DistributedOptimizer itself: it finishes the step's allreduces "
+              "first; then start the next step." +
+              kOtherModel);
+    }
     throw Error(
         ErrorCode::kInvalidArgument,
-        "DistributedOptimizer: parameter '" + p.name +
-            "' got a gradient after its allreduce started: more than backward_passes_per_step = " +
-            std::to_string(options_.backward_passes_per_step) +
-            " backward passes before step() or synchronize(); call step() after every " +
-            std::to_string(options_.backward_passes_per_step) +
-            " passes or raise backward_passes_per_step");
+        "DistributedOptimizer (name_prefix '" + options_.name_prefix + "'): parameter '" + p.name +
+            "' got a gradient after its allreduce started: more than "
+            "backward_passes_per_step = " +
+            n + " backward passes before step() or synchronize(); call step() after every " + n +
+            " passes or raise backward_passes_per_step." + kOtherModel);
   }
   ++p.passes;
   // Autograd may hand two parameters views of one buffer (e.g. the gradients of
@@ -201,7 +327,11 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   // One worker: .grad already is the average (or sum), so there is nothing to send, as
   // Horovod's optimizer registers no hooks at size 1. Compression still runs (its rounding
   // is part of what the user asked for).
-  if (size() == 1 && options_.compression == Compression::kNone) return;
+  if (kolo::size() == 1 && options_.compression == Compression::kNone) {
+    p.submitted_grad = grad.unsafeGetTensorImpl();
+    p.submitted_version = grad._version();
+    return;
+  }
   AllreduceOptions o;
   o.name = options_.name_prefix + p.name;
   o.op = options_.op;
@@ -213,6 +343,8 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
   o.compression = options_.compression;
   p.handle = allreduce_async_(grad, o);
+  p.submitted_grad = grad.unsafeGetTensorImpl();
+  p.submitted_version = grad._version();  // after the allreduce's own version bump
 }
 
 void DistributedOptimizer::synchronize() {
@@ -252,12 +384,82 @@ void DistributedOptimizer::synchronize() {
   synchronized_ = true;  // until the next backward pass: step() need not reduce again
 }
 
-void DistributedOptimizer::step() {
-  // After an explicit synchronize() (e.g. to clip gradients) the gradients are already
-  // reduced; reducing them again would sum twice (Horovod warns and does).
-  if (!skip_sync_ && !synchronized_) synchronize();
+torch::Tensor DistributedOptimizer::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  // The buffers travel while the gradients are still being reduced; every handle is
+  // waited for whatever fails, so that no name stays in flight into the next step.
+  std::vector<TorchHandle> buffers = broadcast_buffers_async();
+  std::exception_ptr error;
+  try {
+    // After an explicit synchronize() (e.g. to clip gradients) the gradients are already
+    // reduced; reducing them again would sum twice (Horovod warns and does).
+    if (!skip_sync_ && !synchronized_) synchronize();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (auto& h : buffers) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
   synchronized_ = false;
+  share_options();
   optimizer_.step();
+  return loss;
+}
+
+std::vector<TorchHandle> DistributedOptimizer::broadcast_buffers_async() {
+  std::vector<TorchHandle> handles;
+  if (buffers_.is_empty() || kolo::size() == 1) return handles;
+  torch::NoGradGuard no_grad;
+  for (const auto& item : buffers_) {
+    torch::Tensor b = item.value();
+    if (!b.defined()) continue;  // a module may register an undefined buffer
+    BroadcastOptions o;
+    o.name = "buffer:" + options_.name_prefix + item.key();
+    o.root = 0;
+    handles.push_back(broadcast_async_(b, o));
+  }
+  return handles;
+}
+
+void DistributedOptimizer::share_options() {
+  auto& theirs = optimizer_.param_groups();
+  if (theirs.size() != param_groups_.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "DistributedOptimizer: the wrapped optimizer has " + std::to_string(theirs.size()) +
+                    " parameter groups and the DistributedOptimizer " +
+                    std::to_string(param_groups_.size()) +
+                    "; add parameter groups to the optimizer before wrapping it");
+  }
+  for (std::size_t i = 0; i < theirs.size(); ++i) {
+    const std::optional<double> mine = lr_of(param_groups_[i].options());
+    if (mine && !(*mine == shared_lrs_[i])) theirs[i].options().set_lr(*mine);
+    param_groups_[i].set_options(theirs[i].options().clone());
+    shared_lrs_[i] = lr_of(theirs[i].options()).value_or(std::nan(""));
+  }
+}
+
+void DistributedOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  // A learning rate a scheduler set on this object belongs in the saved options.
+  const_cast<DistributedOptimizer*>(this)->share_options();
+  optimizer_.save(archive);
+}
+
+void DistributedOptimizer::load(torch::serialize::InputArchive& archive) {
+  optimizer_.load(archive);
+  auto& theirs = optimizer_.param_groups();
+  for (std::size_t i = 0; i < theirs.size() && i < param_groups_.size(); ++i) {
+    param_groups_[i].set_options(theirs[i].options().clone());
+    shared_lrs_[i] = lr_of(theirs[i].options()).value_or(std::nan(""));
+  }
 }
 
 void DistributedOptimizer::zero_grad() {
@@ -292,5 +494,27 @@ void DistributedOptimizer::zero_grad() {
 }
 
 std::vector<Handle::Times> DistributedOptimizer::last_times() const { return last_times_; }
+
+void broadcast_buffers(const torch::nn::Module& module, int root) {
+  torch::NoGradGuard no_grad;
+  std::vector<TorchHandle> handles;
+  for (const auto& item : module.named_buffers()) {
+    torch::Tensor b = item.value();
+    if (!b.defined()) continue;
+    BroadcastOptions o;
+    o.name = "broadcast.buffer." + item.key();
+    o.root = root;
+    handles.push_back(broadcast_async_(b, o));
+  }
+  std::exception_ptr error;
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 }  // namespace kolo

@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 
+#include "check.h"
 #include "kolo/torch.h"
 
 namespace {
@@ -16,43 +17,10 @@ namespace {
 using kolo::DistributedOptimizer;
 using kolo::DistributedOptimizerOptions;
 
-int g_failed = 0;
-
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw Failure(what);
-}
-
-void expect_close(const torch::Tensor& a, const torch::Tensor& b, double rtol, double atol,
-                  const std::string& what) {
-  if (a.device() != b.device()) return expect_close(a.cpu(), b.cpu(), rtol, atol, what);
-  if (!torch::allclose(a, b, rtol, atol)) {
-    std::ostringstream o;
-    o << what << ": max difference " << (a - b).abs().max().item<double>();
-    throw Failure(o.str());
-  }
-}
-
-// Runs f and expects it to throw an E whose message contains every one of `parts`.
-template <typename E = kolo::Error, typename... Parts>
-void expect_error(const std::function<void()>& f, const Parts&... parts) {
-  const std::vector<std::string> wanted = {std::string(parts)...};
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string message = e.what();
-    for (const std::string& part : wanted) {
-      expect(message.find(part) != std::string::npos, "error without '" + part + "': " + message);
-    }
-    return;
-  }
-  std::string all;
-  for (const std::string& part : wanted) all += (all.empty() ? "'" : ", '") + part + "'";
-  throw Failure("no error, expected one mentioning " + all);
-}
+using kolo_test::expect;
+using kolo_test::expect_close;
+using kolo_test::expect_error;
+using kolo_test::run;
 
 struct NetImpl : torch::nn::Module {
   NetImpl() {
@@ -709,17 +677,6 @@ void check_tensor_op_corner_cases() {
   expect_close(xs[1].grad(), torch::zeros({3}, torch::kDouble), 0, 0, "unused grouped output");
 }
 
-void run(const char* name, void (*check)()) {
-  try {
-    check();
-    std::printf("%s OK\n", name);
-  } catch (const std::exception& e) {
-    ++g_failed;
-    std::printf("%s FAILED: %s\n", name, e.what());
-  }
-  std::fflush(stdout);
-}
-
 }  // namespace
 
 int main() {
@@ -749,5 +706,5 @@ int main() {
     std::printf("cuda skipped: no CUDA device\n");
   }
   kolo::shutdown();
-  return g_failed ? 1 : 0;
+  return kolo_test::g_failed ? 1 : 0;
 }

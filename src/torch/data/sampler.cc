@@ -4,7 +4,10 @@
 // every num_replicas-th element starting at its rank. The shuffle is a Fisher-Yates over
 // std::mt19937_64 with our own unbiased bounded draw (not std::shuffle, whose use of
 // uniform_int_distribution is implementation-defined), so ranks built with different
-// standard libraries still agree. Loading the data is not this file's job.
+// standard libraries still agree. As a libtorch Sampler (for torch::data's DataLoader)
+// each reset() moves the shared epoch on, so that every epoch is reshuffled without a
+// set_epoch() call. Loading the data is not this file's job.
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -58,6 +61,11 @@ std::int64_t DistributedSampler::shard_size() const {
   return base + (rank_ < size_ % replicas_ ? 1 : 0);
 }
 
+void DistributedSampler::set_epoch(std::int64_t epoch) {
+  shared_->epoch = epoch;
+  shared_->chosen = true;
+}
+
 std::vector<std::int64_t> DistributedSampler::indices() const {
   const std::int64_t n = shard_size();
   std::vector<std::int64_t> shard;
@@ -68,13 +76,101 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
   }
   std::vector<std::int64_t> perm(static_cast<std::size_t>(size_));
   std::iota(perm.begin(), perm.end(), std::int64_t{0});
-  std::mt19937_64 rng(seed_ + static_cast<std::uint64_t>(epoch_));
+  std::mt19937_64 rng(seed_ + static_cast<std::uint64_t>(shared_->epoch));
   for (std::int64_t i = size_ - 1; i > 0; --i) {
     const auto j = static_cast<std::int64_t>(draw_below(rng, static_cast<std::uint64_t>(i) + 1));
     std::swap(perm[i], perm[j]);
   }
   for (std::int64_t k = 0; k < n; ++k) shard.push_back(perm[rank_ + k * replicas_]);
   return shard;
+}
+
+void DistributedSampler::start_epoch() {
+  current_ = indices();
+  position_ = 0;
+  primed_ = true;
+}
+
+void DistributedSampler::reset(c10::optional<std::size_t> new_size) {
+  if (new_size) {
+    if (*new_size > static_cast<std::size_t>(INT64_MAX)) {
+      throw Error(ErrorCode::kInvalidArgument, "DistributedSampler::reset: new size " +
+                                                   std::to_string(*new_size) + " is too large");
+    }
+    size_ = static_cast<std::int64_t>(*new_size);
+  }
+  // The DataLoader resets at every begin(): one reset, one epoch. An epoch chosen with
+  // set_epoch() since the last reset is used as it is.
+  Epoch& e = *shared_;
+  if (!e.chosen && e.started) ++e.epoch;
+  e.chosen = false;
+  e.started = true;
+  start_epoch();
+}
+
+c10::optional<std::vector<std::size_t>> DistributedSampler::next(std::size_t batch_size) {
+  if (batch_size == 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "DistributedSampler::next: batch_size must be >= 1, got 0 (check the "
+                "DataLoaderOptions' batch_size)");
+  }
+  if (!primed_) reset();
+  if (position_ >= current_.size()) return c10::nullopt;
+  const std::size_t n = std::min(batch_size, current_.size() - position_);
+  std::vector<std::size_t> batch(n);
+  for (std::size_t k = 0; k < n; ++k) batch[k] = static_cast<std::size_t>(current_[position_ + k]);
+  position_ += n;
+  return batch;
+}
+
+namespace {
+
+// What identifies a sampler's sequence of indices; load() refuses another one's state.
+constexpr const char* kIdentity[] = {"size", "replicas", "rank", "shuffle", "seed", "drop_last"};
+
+}  // namespace
+
+void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
+  const std::int64_t identity[] = {
+      size_, replicas_, rank_, shuffle_, static_cast<std::int64_t>(seed_), drop_last_};
+  for (std::size_t i = 0; i < std::size(identity); ++i)
+    archive.write(kIdentity[i], torch::tensor(identity[i], torch::kLong));
+  archive.write("epoch", torch::tensor(shared_->epoch, torch::kLong));
+  archive.write("epoch_chosen", torch::tensor(shared_->chosen ? 1 : 0, torch::kLong));
+  archive.write("epoch_started", torch::tensor(shared_->started ? 1 : 0, torch::kLong));
+  archive.write("position",
+                torch::tensor(primed_ ? static_cast<std::int64_t>(position_) : -1, torch::kLong));
+}
+
+void DistributedSampler::load(torch::serialize::InputArchive& archive) {
+  auto read = [&](const char* key) {
+    torch::Tensor t;
+    archive.read(key, t);
+    return t.item<std::int64_t>();
+  };
+  const std::int64_t mine[] = {
+      size_, replicas_, rank_, shuffle_, static_cast<std::int64_t>(seed_), drop_last_};
+  for (std::size_t i = 0; i < std::size(mine); ++i) {
+    const std::int64_t saved = read(kIdentity[i]);
+    if (saved != mine[i]) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("DistributedSampler::load: the archive is from a sampler with ") +
+                      kIdentity[i] + " " + std::to_string(saved) + ", this one has " +
+                      std::to_string(mine[i]) +
+                      "; load it into a sampler built with the same arguments");
+    }
+  }
+  const std::int64_t position = read("position");
+  Epoch& e = *shared_;
+  e.epoch = read("epoch");
+  e.chosen = read("epoch_chosen") != 0;
+  e.started = read("epoch_started") != 0;  // then the next reset() starts the epoch after
+  if (position < 0) {
+    primed_ = false;
+    return;
+  }
+  start_epoch();
+  position_ = std::min(static_cast<std::size_t>(position), current_.size());
 }
 
 }  // namespace kolo
