@@ -22,8 +22,7 @@ Handle submit(Runtime& runtime, const Status& built, Request request,
 }  // namespace
 
 Handle allreduce(Runtime& runtime, const std::vector<TensorView>& inputs,
-                 const std::vector<TensorView>& outputs, const AllreduceOptions& o,
-                 bool grouped) {
+                 const std::vector<TensorView>& outputs, const AllreduceOptions& o, bool grouped) {
   Request r;
   const Status s = allreduce_request(inputs, outputs, o, grouped,
                                      name_or_default(runtime, o.name, OpType::kAllreduce), &r);
@@ -53,8 +52,8 @@ Handle alltoall(Runtime& runtime, const TensorView& input, const AlltoallOptions
 
 Handle reducescatter(Runtime& runtime, const TensorView& input, const ReducescatterOptions& o) {
   Request r;
-  const Status s = reducescatter_request(
-      input, o, name_or_default(runtime, o.name, OpType::kReducescatter), &r);
+  const Status s =
+      reducescatter_request(input, o, name_or_default(runtime, o.name, OpType::kReducescatter), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 

@@ -78,8 +78,8 @@ Status allreduce_request(const std::vector<TensorView>& inputs,
       // dtype, so a mixed group is split by the caller.
       return InvalidArgument(
           what + ": tensor " + std::to_string(i) + " is " + dtype_name(in.dtype) + " on " +
-          device_kind_name(in.device) + " but tensor 0 is " + dtype_name(inputs[0].dtype) +
-          " on " + device_kind_name(inputs[0].device) +
+          device_kind_name(in.device) + " but tensor 0 is " + dtype_name(inputs[0].dtype) + " on " +
+          device_kind_name(inputs[0].device) +
           "; every tensor of a group must have one dtype and device: make one group "
           "per dtype (they still fuse with each other's dtype-mates)");
     }
@@ -113,8 +113,8 @@ Status broadcast_request(const TensorView& tensor, const BroadcastOptions& o,
   return Status::OK();
 }
 
-Status alltoall_request(const TensorView& input, const AlltoallOptions& o,
-                        const std::string& name, Request* out) {
+Status alltoall_request(const TensorView& input, const AlltoallOptions& o, const std::string& name,
+                        Request* out) {
   KOLO_RETURN_IF_ERROR(single(OpType::kAlltoall, name, input, o.process_set, out));
   out->splits = o.splits;
   return Status::OK();

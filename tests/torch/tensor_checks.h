@@ -1,0 +1,17 @@
+// The tensor-level checks of the libtorch adapter's worker (torch_worker.cc): autograd
+// through the collectives, every dtype and layout, and the corner cases of the tensor
+// operations. Each throws kolo_test::Failure with what went wrong.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+namespace kolo_test {
+
+// Gradients of allreduce, allgather and broadcast on `device`; `prefix` names the tensors.
+void check_autograd_on(const torch::Device& device, const std::string& prefix);
+void check_tensor_ops();
+void check_tensor_op_corner_cases();
+
+}  // namespace kolo_test
