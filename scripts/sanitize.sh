@@ -12,7 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export KOLO_TEST_QUICK=1
-lean=(-DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -UCMAKE_DISABLE_FIND_PACKAGE_Torch)
+# -O1 -g1 (line tables, enough for the sanitizers' stack traces) compiles in about half
+# the time of RelWithDebInfo's -O2 -g (61 s -> 32 s for a libtorch file under ASan), which
+# keeps CI's whole run under its 45 minutes.
+lean=(-DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -UCMAKE_DISABLE_FIND_PACKAGE_Torch
+      "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=address "${lean[@]}"
 (
   cd build-asan

@@ -4,7 +4,7 @@
 // nothing. Ranks are threads over an inproc world with simulated hosts; every case
 // decides before the MPI-only setup (wrap_in_hierarchical), so no MPI job is needed.
 //
-// Not for: the transport itself across processes (kolo_hier_check, hier_check.cc).
+// Not for: the transport itself across processes (kolo_hier_check, tests/transport/hier_check.cc).
 #include <cstdlib>
 #include <functional>
 #include <memory>

@@ -4,7 +4,7 @@
 // Checks every dtype and op of allreduce (copy path with chunking, zero-copy path, mixed)
 // against a sequential reduce_into reference, broadcast, control_and, the deadline and
 // dead-rank failures, the selection policy, and that no /dev/shm/kolo-* file remains.
-// Real processes, kill -9 and mpirun are covered by kolo_shm_check (shm_check.cc).
+// Real processes, kill -9 and mpirun are covered by kolo_shm_check (tests/transport/shm_check.cc).
 #include <dirent.h>
 #include <unistd.h>
 
