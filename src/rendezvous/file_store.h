@@ -8,7 +8,8 @@
 // "<directory>/.lock", so read-modify-writes are atomic across processes; readers take no
 // lock. flock() is released by the kernel when a process dies, so a crashed writer cannot
 // wedge the store; a stopped one is bounded by lock_timeout_s. (Linux's NFS client
-// emulates flock() with whole-file byte-range locks, which the server arbitrates.)
+// emulates flock() with whole-file byte-range locks, which the server arbitrates, unless
+// the mount has local_lock=flock or local_lock=all.)
 //
 // Blocking get/wait poll the files, with a back-off from 1 ms up to
 // max_poll_interval_s, never sleeping past the deadline. On NFS, a client may cache "no

@@ -125,6 +125,19 @@ TEST_P(StoreTest, BlockingGetWakesWhenAnotherThreadSets) {
   EXPECT_LT(took, 1.0);   // and woke soon after it
 }
 
+// Deadline::max() (no limit) must neither overflow into "already passed" nor miss the set.
+TEST_P(StoreTest, TheLatestDeadlineStillWakes) {
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(store_->set("k", "v").ok());
+  });
+  std::string value;
+  const Status s = store_->get("k", Deadline::max(), &value);
+  setter.join();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(value, "v");
+}
+
 // add and compare_set wake waiters as set does.
 TEST_P(StoreTest, EveryWriteWakesWaiters) {
   std::thread writer([&] {
