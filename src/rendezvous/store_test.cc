@@ -8,8 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <climits>
-#include <filesystem>
+#include <cstdint>
 #include <functional>
 #include <set>
 #include <thread>
