@@ -1,4 +1,5 @@
-// The Store contract, run against every store: memory, file, and a prefix view over each.
+// The Store contract, run against every store: memory, file, TCP, and a prefix view over
+// each.
 // What only one store does (file names, lock files) is tested beside it.
 #include "rendezvous/store.h"
 
@@ -10,12 +11,16 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "rendezvous/file_store.h"
 #include "rendezvous/memory_store.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_server.h"
 #include "rendezvous/testing/temp_dir.h"
 
 namespace kolo::rendezvous {
@@ -39,6 +44,36 @@ std::shared_ptr<Store> open_file(const std::string& dir) {
   return store;
 }
 
+// One TCP server per test directory, started by the first open; every open (in a forked
+// child too, which finds the parent's server in its copy of the table) is a new client.
+// The server lives as long as a client the parent opened.
+std::shared_ptr<Store> open_tcp(const std::string& dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<TcpStoreServer>> servers;
+  const std::string secret = "secret of " + dir;
+  std::shared_ptr<TcpStoreServer> server;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    server = servers[dir].lock();
+    if (!server) {
+      TcpStoreServerOptions options;
+      options.secret = secret;
+      std::unique_ptr<TcpStoreServer> started;
+      const Status s = TcpStoreServer::start(options, &started);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      server = std::move(started);
+      servers[dir] = server;
+    }
+  }
+  TcpStoreOptions options;
+  options.port = server->port();
+  options.secret = secret;
+  std::unique_ptr<TcpStore> client;
+  const Status s = TcpStore::connect(options, &client);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return std::shared_ptr<Store>(client.release(), [server](Store* store) { delete store; });
+}
+
 std::vector<Kind> kinds() {
   auto memory = [](const std::string&) {
     return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
@@ -46,6 +81,7 @@ std::vector<Kind> kinds() {
   return {
       {"memory", "memory store", false, memory},
       {"file", "file store", true, open_file},
+      {"tcp", "TCP store", true, open_tcp},
       {"prefix_memory", "memory store", false,
        [memory](const std::string& dir) {
          return std::shared_ptr<Store>(std::make_shared<PrefixStore>(memory(dir), "job"));
@@ -53,6 +89,10 @@ std::vector<Kind> kinds() {
       {"prefix_file", "file store", true,
        [](const std::string& dir) {
          return std::shared_ptr<Store>(std::make_shared<PrefixStore>(open_file(dir), "job"));
+       }},
+      {"prefix_tcp", "TCP store", true,
+       [](const std::string& dir) {
+         return std::shared_ptr<Store>(std::make_shared<PrefixStore>(open_tcp(dir), "job"));
        }},
   };
 }

@@ -1,0 +1,325 @@
+// What only the TCP store does: secrets, hostile bytes on the socket, the server going
+// away, clients that start first. The Store contract over TCP is in store_test.cc.
+#include "rendezvous/tcp_store.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
+#include <thread>
+
+#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp_store_wire.h"
+
+namespace kolo::rendezvous {
+namespace {
+
+const std::string kSecret("job-secret\0\x01", 12);
+
+double seconds_since(Deadline start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Polls `done` until it holds or `s` seconds pass (a condition, never a guess at timing).
+bool eventually(const std::function<bool()>& done, double s = 2) {
+  const Deadline by = deadline_after(s);
+  while (!done()) {
+    if (Clock::now() >= by) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+std::unique_ptr<TcpStoreServer> serve(const std::string& secret = kSecret, int port = 0) {
+  TcpStoreServerOptions o;
+  o.port = port;
+  o.secret = secret;
+  std::unique_ptr<TcpStoreServer> server;
+  const Status s = TcpStoreServer::start(o, &server);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return server;
+}
+
+Status connect(int port, std::unique_ptr<TcpStore>* out, const std::string& secret = kSecret,
+               double timeout_s = 2) {
+  TcpStoreOptions o;
+  o.port = port;
+  o.secret = secret;
+  o.connect_timeout_s = timeout_s;
+  return TcpStore::connect(o, out);
+}
+
+std::unique_ptr<TcpStore> must_connect(int port) {
+  std::unique_ptr<TcpStore> store;
+  const Status s = connect(port, &store);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return store;
+}
+
+// A port nobody listens on (bound, read, released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int raw_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+// True when the server closes fd within 2 s (whatever it sent before that is skipped).
+bool closed_by_server(int fd) {
+  const Deadline by = deadline_after(2);
+  char buf[256];
+  while (Clock::now() < by) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+std::string frame(const wire::Message& m) {
+  std::string f;
+  EXPECT_TRUE(wire::encode(m, &f).ok());
+  return f;
+}
+
+std::string hello(const std::string& secret = kSecret) {
+  wire::Message m;
+  m.op = wire::Op::kHello;
+  m.value = secret;
+  return frame(m);
+}
+
+void send_bytes(int fd, const std::string& bytes) {
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+void expect_serving(TcpStore& store, const std::string& key) {
+  ASSERT_TRUE(store.set(key, "still here").ok());
+  std::string value;
+  const Status s = store.get(key, deadline_after(1), &value);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(value, "still here");
+}
+
+// Four ranks as threads, each with its own client: each publishes its address and reads
+// everyone's, as a real rendezvous does.
+TEST(TcpStore, RanksWithTheirOwnClientsExchangeAddresses) {
+  auto server = serve();
+  constexpr int kRanks = 4;
+  std::vector<std::thread> ranks;
+  std::vector<std::vector<std::string>> seen(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      auto store = must_connect(server->port());
+      if (!store) return;
+      EXPECT_TRUE(store->set("addr/" + std::to_string(r), "host" + std::to_string(r)).ok());
+      for (int peer = 0; peer < kRanks; ++peer) {
+        std::string v;
+        const Status s = store->get("addr/" + std::to_string(peer), deadline_after(2), &v);
+        EXPECT_TRUE(s.ok()) << s.to_string();
+        seen[r].push_back(v);
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(seen[r], (std::vector<std::string>{"host0", "host1", "host2", "host3"}));
+  }
+}
+
+TEST(TcpStore, AWrongOrMissingSecretIsRefusedAndTheOthersGoOn) {
+  auto server = serve();
+  auto good = must_connect(server->port());
+  const std::string where = "127.0.0.1:" + std::to_string(server->port());
+  std::unique_ptr<TcpStore> bad;
+  const Deadline start = Clock::now();
+  Status s = connect(server->port(), &bad, "another job's secret");
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the TCP store server at " + where +
+                             " refused this process: wrong job secret"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("KOLO_RENDEZVOUS_SECRET"), std::string::npos);
+  EXPECT_LT(seconds_since(start), 1.0);  // a refusal is not retried
+  EXPECT_EQ(bad, nullptr);
+  s = connect(server->port(), &bad, "");
+  EXPECT_NE(s.message().find("refused this process: no job secret"), std::string::npos)
+      << s.message();
+  // The same length with one byte off (the comparison looks at every byte).
+  std::string near = kSecret;
+  near.back() ^= 1;
+  EXPECT_EQ(connect(server->port(), &bad, near).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(server->refused(), 3);
+  expect_serving(*good, "k");
+}
+
+// A server without a secret serves processes on its own host (with a warning at start).
+TEST(TcpStore, WithoutASecretLoopbackPeersAreServed) {
+  auto server = serve("");
+  std::unique_ptr<TcpStore> store;
+  const Status s = connect(server->port(), &store, "");
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  expect_serving(*store, "k");
+}
+
+// Garbage, frames out of order, and oversized lengths: that connection is closed (with a
+// log line naming it), and the server goes on serving the others.
+TEST(TcpStore, HostileBytesCloseOnlyTheirConnection) {
+  auto server = serve();
+  auto good = must_connect(server->port());
+  wire::Message set;
+  set.op = wire::Op::kSet;
+  set.keys = {"sneaked"};
+  wire::Message two_keys = set;
+  two_keys.keys.push_back("b");
+  std::string bad_magic = frame(set);
+  bad_magic[4] = 'X';
+  const std::string huge("\xff\xff\xff\xff", 4);  // a 4 GiB frame
+  std::string just_over(4, '\0');
+  const std::uint32_t over = wire::kMaxFrameBytes + 1;
+  for (int i = 0; i < 4; ++i) just_over[i] = static_cast<char>((over >> (8 * i)) & 0xff);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"a request before the hello", frame(set)},
+      {"a huge first frame", huge},
+      // Under the frame limit but over the hello's: refused before any body arrives.
+      {"a 1 MiB first frame", std::string("\x00\x00\x10\x00", 4)},
+      {"a bad magic after the hello", hello() + bad_magic},
+      {"an oversized frame after the hello", hello() + just_over},
+      {"a second hello", hello() + hello()},
+      {"a set with two keys", hello() + frame(two_keys)},
+  };
+  int refused = 0;
+  for (const auto& [name, bytes] : cases) {
+    const int fd = raw_connect(server->port());
+    send_bytes(fd, bytes);
+    EXPECT_TRUE(closed_by_server(fd)) << name;
+    ::close(fd);
+    EXPECT_EQ(server->refused(), ++refused) << name;
+    expect_serving(*good, "after " + name);
+  }
+  bool found = true;
+  std::string value;
+  ASSERT_TRUE(good->try_get("sneaked", &value, &found).ok());
+  EXPECT_FALSE(found);  // nothing before an accepted hello took effect
+}
+
+TEST(TcpStore, AGetWaitingOnOneConnectionWakesOnAnothersSet) {
+  auto server = serve();
+  auto waiter = must_connect(server->port());
+  auto setter = must_connect(server->port());
+  Status got;
+  std::string value;
+  const Deadline start = Clock::now();
+  std::thread t([&] { got = waiter->get("late", deadline_after(5), &value); });
+  ASSERT_TRUE(eventually([&] { return server->waiting() == 1; }));
+  ASSERT_TRUE(setter->set("late", "here").ok());
+  t.join();
+  EXPECT_TRUE(got.ok()) << got.to_string();
+  EXPECT_EQ(value, "here");
+  EXPECT_LT(seconds_since(start), 1.0);
+}
+
+TEST(TcpStore, AGetTimesOutAtItsDeadlineWithTheStoresMessage) {
+  auto server = serve();
+  auto store = must_connect(server->port());
+  const Deadline start = Clock::now();
+  std::string value;
+  const Status s = store->get("rank/7", start + std::chrono::milliseconds(300), &value);
+  const double took = seconds_since(start);
+  EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
+  EXPECT_NE(s.message().find("key 'rank/7' was not set within 0.3 s in TCP store 127.0.0.1:" +
+                             std::to_string(server->port())),
+            std::string::npos)
+      << s.message();
+  EXPECT_GE(took, 0.3);
+  EXPECT_LT(took, 0.8);
+  expect_serving(*store, "k");  // a timed-out wait leaves the connection usable
+}
+
+TEST(TcpStore, StoppingTheServerFailsAWaitingClientAtOnce) {
+  auto server = serve();
+  auto store = must_connect(server->port());
+  const int port = server->port();
+  Status got;
+  std::string value;
+  std::thread t([&] { got = store->wait({"never"}, deadline_after(30)); });
+  ASSERT_TRUE(eventually([&] { return server->waiting() == 1; }));
+  const Deadline start = Clock::now();
+  server->stop();
+  EXPECT_LT(seconds_since(start), 1.0);  // stop() is bounded though a client waits
+  t.join();
+  EXPECT_LT(seconds_since(start), 1.0);  // and the client hears at once
+  EXPECT_EQ(got.code(), ErrorCode::kPeerFailure);
+  EXPECT_NE(got.message().find("lost the connection to the TCP store server at 127.0.0.1:" +
+                               std::to_string(port) + " during a wait"),
+            std::string::npos)
+      << got.message();
+  // Every later call fails at once with the same cause.
+  const Status later = store->set("k", "v");
+  EXPECT_EQ(later.code(), ErrorCode::kPeerFailure);
+  EXPECT_NE(later.message().find("lost the connection"), std::string::npos);
+}
+
+TEST(TcpStore, AClientStartedBeforeTheServerConnectsOnceItListens) {
+  const int port = free_port();
+  Status connected;
+  std::unique_ptr<TcpStore> store;
+  std::thread client([&] { connected = connect(port, &store, kSecret, 5); });
+  // Let the client's first attempts find nobody. The test is correct either way; without
+  // the pause it would only check less.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto server = serve(kSecret, port);
+  client.join();
+  ASSERT_TRUE(connected.ok()) << connected.to_string();
+  expect_serving(*store, "k");
+}
+
+TEST(TcpStore, ConnectGivesUpAtItsDeadlineNamingTheAddress) {
+  const int port = free_port();
+  std::unique_ptr<TcpStore> store;
+  const Deadline start = Clock::now();
+  const Status s = connect(port, &store, kSecret, 0.3);
+  const double took = seconds_since(start);
+  EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
+  EXPECT_NE(s.message().find("could not connect to the TCP store server at 127.0.0.1:" +
+                             std::to_string(port) + " within 0.3 s"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("is the server (kolorun, or rank 0) running"), std::string::npos);
+  EXPECT_GE(took, 0.29);
+  EXPECT_LT(took, 1.0);
+}
+
+TEST(TcpStore, KeysOverTheWireLimitAreRefusedBeforeSending) {
+  auto server = serve();
+  auto store = must_connect(server->port());
+  const Status s = store->set(std::string(wire::kMaxKeyBytes + 1, 'k'), "v");
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("over the limit of 4096"), std::string::npos) << s.message();
+  expect_serving(*store, "k");
+  EXPECT_EQ(server->refused(), 0);
+}
+
+}  // namespace
+}  // namespace kolo::rendezvous
