@@ -98,7 +98,7 @@ Status TcpStore::connect(const TcpStoreOptions& options, std::unique_ptr<TcpStor
   std::unique_ptr<Connection> c;
   auto backoff = std::chrono::milliseconds(10);
   while (true) {
-    const Status s = store->open_connection(by, &c);
+    const Status s = store->open_connection(by, options.connect_timeout_s, &c);
     if (s.ok()) break;
     // Only "nobody listens yet" is worth a retry (the server may start after its
     // clients); a refused secret is not.
@@ -112,12 +112,12 @@ Status TcpStore::connect(const TcpStoreOptions& options, std::unique_ptr<TcpStor
   return Status::OK();
 }
 
-Status TcpStore::open_connection(Deadline by, std::unique_ptr<Connection>* out) {
+Status TcpStore::open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out) {
   std::string error;
   const int fd = try_connect(options_.host, options_.port, by, &error);
   if (fd < 0) {
     return PeerFailure("rendezvous: could not connect to the TCP store server at " + where_ +
-                       " within " + seconds(options_.connect_timeout_s) + " (" + error +
+                       " within " + seconds(timeout_s) + " (" + error +
                        "); is the server (kolorun, or rank 0) running, and are its host and "
                        "port right?");
   }
@@ -166,7 +166,7 @@ Status TcpStore::call(const Message& q, Deadline reply_by, Message* r) {
       idle_.pop_back();
     }
   }
-  Status s = c ? Status::OK() : open_connection(io_deadline(), &c);
+  Status s = c ? Status::OK() : open_connection(io_deadline(), options_.io_timeout_s, &c);
   if (s.ok()) s = exchange(c.get(), q.op, frame, reply_by, r);
   std::lock_guard<std::mutex> lock(mu_);
   if (!s.ok()) {  // the server is gone or out of step: give up for good

@@ -69,8 +69,9 @@ class TcpStore : public Store {
 
   explicit TcpStore(TcpStoreOptions options);
 
-  // One connection attempt (connect and hello) until `by`.
-  Status open_connection(Deadline by, std::unique_ptr<Connection>* out);
+  // One connection attempt (connect and hello) until `by`, `timeout_s` from now (for
+  // the message).
+  Status open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out);
   // Sends q and reads its reply into *r, waiting for it until `reply_by`. A failed
   // reply (r->code) becomes the returned Status; an I/O error breaks the store.
   Status call(const wire::Message& q, Deadline reply_by, wire::Message* r);
