@@ -9,11 +9,13 @@
 // then fail with ErrorCode::kPeerFailure and a message naming the keys still missing, the
 // store, and how long they waited (a missing key means a process that should have set it
 // has not). The other operations wait for nobody; what they may block on (a lock file, a
-// socket) is bounded by the implementation's own limit (FileStoreOptions::lock_timeout_s).
+// socket) is bounded by the implementation's own limit (FileStoreOptions::lock_timeout_s,
+// the TCP client's io_timeout_s).
 //
 // Implementations: memory_store.h (threads of one process; tests), file_store.h (a
-// directory on a local or shared file system), prefix_store.h (a view that puts a prefix
-// before every key). Not for: bulk data (values are read whole; keep them small) or
+// directory on a local or shared file system), tcp_store.h with tcp_store_server.h (a
+// server in one process, clients anywhere, with a per-job secret), prefix_store.h (a view
+// that puts a prefix before every key). Not for: bulk data (values are read whole; keep them small) or
 // anything that must outlive the job.
 #pragma once
 
