@@ -15,8 +15,8 @@
 // Implementations: memory_store.h (threads of one process; tests), file_store.h (a
 // directory on a local or shared file system), tcp_store.h with tcp_store_server.h (a
 // server in one process, clients anywhere, with a per-job secret), prefix_store.h (a view
-// that puts a prefix before every key). Not for: bulk data (values are read whole; keep them small) or
-// anything that must outlive the job.
+// that puts a prefix before every key). Not for: bulk data (values are read whole; keep
+// them small) or anything that must outlive the job.
 #pragma once
 
 #include <cstdint>
