@@ -15,8 +15,6 @@ namespace {
 
 using transport::Deadline;
 
-std::int64_t numel(const Shape& s) { return shape_numel(s); }
-
 // Averaging divides the sum by the number of ranks (joined ranks included).
 double average_divisor(const Response& r, int size) {
   return r.reduce_op == ReduceOp::kAverage ? size : 1.0;
@@ -30,7 +28,7 @@ void finish_scaling(void* buf, std::size_t count, const Response& r, int size) {
 Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* entry,
                      Deadline deadline, ExecTimes* times) {
   for (std::size_t i = 0; i < r.shapes.size(); ++i) {
-    const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+    const auto count = static_cast<std::size_t>(shape_numel(r.shapes[i]));
     Tensor zeros;
     void* buf;
     if (entry) {
@@ -138,7 +136,7 @@ Status run_reducescatter(transport::Communicator& comm, const Response& r, Entry
   if (r.prescale != 1.0) {
     scaled = Tensor(r.dtype, shape);
     std::memcpy(scaled.data(), send, scaled.nbytes());
-    scale(scaled.data(), static_cast<std::size_t>(numel(shape)), r.dtype, r.prescale);
+    scale(scaled.data(), static_cast<std::size_t>(shape_numel(shape)), r.dtype, r.prescale);
     send = scaled.data();
   }
   Shape out_shape = shape;
@@ -196,7 +194,7 @@ bool gather_pieces(const std::vector<FusedItem>& items, int size,
     for (std::size_t i = 0; i < r.shapes.size(); ++i) {
       const TensorView& in = item.entry->inputs[i];
       const TensorView& out = item.entry->outputs[i];
-      const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+      const auto count = static_cast<std::size_t>(shape_numel(r.shapes[i]));
       if (count == 0) continue;
       pieces->push_back({.in = in.data,
                          .out = out.data,
@@ -252,7 +250,8 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
   const std::size_t elem = dtype_size(wire);
   std::size_t total = 0;
   for (const auto& item : items) {
-    for (const auto& shape : item.response->shapes) total += static_cast<std::size_t>(numel(shape));
+    for (const auto& shape : item.response->shapes)
+      total += static_cast<std::size_t>(shape_numel(shape));
   }
   auto* base = static_cast<std::byte*>(buffer.get(comm, total * elem));
 
@@ -260,7 +259,7 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
   for (std::size_t k = 0; k < items.size(); ++k) {
     const Response& r = *items[k].response;
     for (std::size_t i = 0; i < r.shapes.size(); ++i) {
-      const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+      const auto count = static_cast<std::size_t>(shape_numel(r.shapes[i]));
       std::byte* dst = base + offset * elem;
       if (entries[k]) {
         // Copy (or compress) and prescale in one pass.
@@ -280,7 +279,7 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
   for (std::size_t k = 0; k < items.size(); ++k) {
     const Response& r = *items[k].response;
     for (std::size_t i = 0; i < r.shapes.size(); ++i) {
-      const auto count = static_cast<std::size_t>(numel(r.shapes[i]));
+      const auto count = static_cast<std::size_t>(shape_numel(r.shapes[i]));
       std::byte* src = base + offset * elem;
       if (entries[k] && count) {
         // Average and postscale while copying (or decompressing) out.

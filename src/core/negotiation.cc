@@ -60,10 +60,6 @@ Response error(const Request& first, ErrorCode code, std::string message) {
   return r;
 }
 
-// Element count for messages and comparisons only (a peer's shape is not trusted here):
-// shape_numel saturates instead of overflowing.
-std::int64_t numel(const Shape& s) { return shape_numel(s); }
-
 Shape tail(const Shape& s) { return s.empty() ? Shape{} : Shape(s.begin() + 1, s.end()); }
 
 // Checks shared by several ops; returns a message or "".
@@ -73,13 +69,13 @@ std::string check_same_shapes(const std::vector<Request>& reqs, const std::strin
                   by_value(reqs, [](const Request& r) { return shapes_string(r.shapes); });
   bool same_count = all_same(reqs, [](const Request& r) {
     std::vector<std::int64_t> counts;
-    for (const auto& s : r.shapes) counts.push_back(numel(s));
+    for (const auto& s : r.shapes) counts.push_back(shape_numel(s));
     return counts;
   });
   // Saturated counts (past INT64_MAX) say nothing about equality.
   for (const auto& r : reqs) {
     for (const auto& s : r.shapes) {
-      if (numel(s) == std::numeric_limits<std::int64_t>::max()) same_count = false;
+      if (shape_numel(s) == std::numeric_limits<std::int64_t>::max()) same_count = false;
     }
   }
   if (same_count) m += " (the same number of elements but different dimensions)";

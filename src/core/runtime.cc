@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/convert.h"
+#include "common/deadline.h"
 #include "common/format.h"
 #include "common/logging.h"
 #include "core/autotune.h"
@@ -36,8 +37,6 @@ std::string shutdown_message(const std::vector<int>& shutdown_ranks,
          "data early calls kolo::join()).";
 }
 
-std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
-
 }  // namespace
 
 Runtime::Runtime(Config config, CommunicatorFactory factory)
@@ -52,10 +51,10 @@ Status Runtime::start() {
   thread_ = std::thread([this] { loop(); });
   std::unique_lock<std::mutex> lock(mu_);
   // MPI start-up waits for every process of the job; bound it like any other wait.
-  const auto limit = seconds(std::max(60.0, config_.peer_timeout_seconds));
-  if (!started_cv_.wait_for(lock, limit, [this] { return started_; })) {
+  const double limit_s = std::max(60.0, config_.peer_timeout_seconds);
+  if (!started_cv_.wait_for(lock, seconds_duration(limit_s), [this] { return started_; })) {
     return PeerFailure("the " + config_.transport + " transport did not start within " +
-                       std::to_string(static_cast<int>(limit.count())) +
+                       std::to_string(static_cast<int>(limit_s)) +
                        " s; are all workers running (kolorun/mpirun)?");
   }
   return start_status_;
@@ -78,19 +77,24 @@ Status Runtime::submit(Request request, std::vector<TensorView> inputs,
   entry->handle = std::make_shared<detail::HandleState>();
   entry->handle->name = request.name;
   entry->handle->times.enqueued = Handle::Clock::now();
-  const std::string what = std::string(op_name(request.op)) + " '" + request.name + "'";
+  // The messages are built only when a check fails (submit is on every step's path).
+  const auto what = [&request] {
+    return std::string(op_name(request.op)) + " '" + request.name + "'";
+  };
+  const auto not_running = [&what] {
+    return Status(ErrorCode::kNotInitialized,
+                  what() +
+                      ": kolo is not running (call kolo::init() first; after "
+                      "kolo::shutdown() no operation can be submitted)");
+  };
   std::lock_guard<std::mutex> lock(mu_);
   if (!fatal_.ok()) return fatal_;
-  const Status not_running(ErrorCode::kNotInitialized,
-                           what +
-                               ": kolo is not running (call kolo::init() first; after "
-                               "kolo::shutdown() no operation can be submitted)");
-  if (!running_ || inbox_.stop_requested()) return not_running;
+  if (!running_ || inbox_.stop_requested()) return not_running();
   const bool internal = request.op == OpType::kJoin || request.op == OpType::kBarrier;
   if (!internal && (request.name == "join" || request.name == "barrier")) {
     // The fixed names of join() and barrier(): a tensor by that name would be confused
     // with them on ranks that joined or wait in a barrier.
-    return InvalidArgument(what +
+    return InvalidArgument(what() +
                            ": the names 'join' and 'barrier' are reserved for kolo::join() and "
                            "kolo::barrier(); choose another name");
   }
@@ -107,7 +111,7 @@ Status Runtime::submit(Request request, std::vector<TensorView> inputs,
   const auto it = table_.emplace(request.name, entry).first;
   if (!inbox_.push(std::move(request))) {  // stopped meanwhile
     table_.erase(it);
-    return not_running;
+    return not_running();
   }
   *handle = Handle(entry->handle);
   return Status::OK();
@@ -264,7 +268,7 @@ struct Runtime::Loop {
   std::vector<int> shutdown_ranks, exited_ranks;  // who stopped, for the pending ops' error
 };
 
-bool Runtime::start_transport() {
+bool Runtime::start_transport(transport::CycleBell** bell) {
   Status status = factory_(&comm_);
   // The timeline starts before start() returns, so it sees the first request.
   if (status.ok() && !config_.timeline_path.empty() && comm_->rank() == 0) {
@@ -277,7 +281,8 @@ bool Runtime::start_transport() {
     std::lock_guard<std::mutex> lock(mu_);
     if (status.ok()) {
       topology_ = comm_->topology();
-      if (config_.cycle_on_demand) inbox_.set_bell(comm_->cycle_bell());
+      *bell = config_.cycle_on_demand ? comm_->cycle_bell() : nullptr;
+      inbox_.set_bell(*bell);
       tunables_.hierarchical = comm_->hierarchical();
     }
     start_status_ = status;
@@ -289,10 +294,10 @@ bool Runtime::start_transport() {
 }
 
 void Runtime::loop() {
-  if (!start_transport()) return;
+  transport::CycleBell* bell = nullptr;  // set before start() returns; fixed until the end
+  if (!start_transport(&bell)) return;
   log::set_thread_rank(topology_.rank);
-  // The bell was set before start() returned and is fixed until the end.
-  Loop loop(inbox_, config_.cycle_on_demand ? comm_->cycle_bell() : nullptr);
+  Loop loop(inbox_, bell);
   loop.sets.try_emplace(kGlobalProcessSet, config_, comm_.get());
   if (config_.autotune && topology_.rank == 0) {
     AutotuneOptions options;

@@ -91,8 +91,9 @@ class Runtime {
  private:
   struct Loop;  // the background thread's state (runtime.cc)
   void loop();
-  // Creates the communicator and publishes the topology; false if that failed.
-  bool start_transport();
+  // Creates the communicator and publishes the topology and the bell of on-demand cycling
+  // (*bell, null without it); false if that failed.
+  bool start_transport(transport::CycleBell** bell);
   // One negotiation cycle: waits for it (pacer), negotiates every process set, executes
   // the responses, feeds autotune. Returns whether the loop goes on.
   bool run_cycle(Loop& loop);

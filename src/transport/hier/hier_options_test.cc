@@ -14,20 +14,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/testing/scoped_env.h"
 #include "transport/hier/hier_communicator.h"
 #include "transport/inproc/inproc.h"
 
 namespace kolo::transport {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using kolo::testing::ScopedEnv;
 
 HierOptions options(const char* mode, const char* shm_mode) {
   HierOptions o;

@@ -11,21 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/testing/scoped_env.h"
 #include "transport/inproc/inproc.h"
 #include "transport/shm/shm_communicator.h"
 
 namespace kolo::transport {
 namespace {
 
-// Sets a variable for the life of the object (and unsets it after).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using kolo::testing::ScopedEnv;
 
 // maybe_wrap_in_shm on two ranks (threads over one inproc world, one simulated host);
 // returns the communicator's name and region size of rank 0 (0: no fusion buffer).
