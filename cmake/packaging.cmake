@@ -15,9 +15,9 @@ set_target_properties(kolo PROPERTIES EXPORT_NAME kolo)
 
 # Every archive below kolo::kolo: they are static, so the program links each of them.
 set(kolo_internal_libraries kolo_common kolo_config kolo_transport kolo_transport_shm
-                            kolo_transports kolo_core)
+                            kolo_transport_hier kolo_transports kolo_core)
 if(TARGET kolo_transport_mpi)
-  list(APPEND kolo_internal_libraries kolo_transport_mpi kolo_transport_hier)
+  list(APPEND kolo_internal_libraries kolo_transport_mpi)
 endif()
 install(TARGETS ${kolo_internal_libraries} kolo kolorun
         EXPORT koloTargets

@@ -11,7 +11,6 @@
 #include "core/ops.h"
 #include "core/runtime.h"
 #include "kolo/kolo.h"
-#include "transport/inproc/inproc.h"
 #include "transport/table.h"
 
 namespace kolo {
@@ -30,16 +29,6 @@ std::shared_ptr<core::Runtime> current() {
                 "already called)");
   }
   return g_runtime;
-}
-
-// A job of one process needs no transport: one inproc rank, in a world of its own per
-// runtime (init may follow shutdown); the factory keeps the world alive for the runtime.
-core::Runtime::CommunicatorFactory single_factory() {
-  auto world = std::make_shared<transport::InprocWorld>(1);
-  return [world](std::unique_ptr<transport::Communicator>* out) {
-    *out = world->communicator(0);
-    return Status::OK();
-  };
 }
 
 // A program that returns from main (or calls exit()) without kolo::shutdown() still
@@ -75,26 +64,21 @@ void init() {
   std::string transport = config.transport;
   if (transport == "auto") transport = launch.size > 1 ? "mpi" : "local";
   config.transport = transport;
-  core::Runtime::CommunicatorFactory factory;
-  if (transport == "local") {
-    if (launch.size > 1) {
-      throw Error(ErrorCode::kInvalidArgument, "KOLO_TRANSPORT=local but " + launch.launcher +
-                                                   " started " + std::to_string(launch.size) +
-                                                   " processes; unset KOLO_TRANSPORT or use mpi");
-    }
-    factory = single_factory();
-  } else {
-    const transport::TransportFactory* t = transport::find_transport(transport);
-    if (!t) {
-      throw Error(ErrorCode::kUnsupported,
-                  "this kolo build has no '" + transport +
-                      "' transport (install libopenmpi-dev and rebuild for MPI)");
-    }
-    factory = [t, context = core::transport_context(config, launch)](
-                  std::unique_ptr<transport::Communicator>* out) {
-      return t->create(context, out);
-    };
+  const transport::TransportFactory* t = transport::find_transport(transport);
+  if (!t) {
+    throw Error(ErrorCode::kUnsupported,
+                "this kolo build has no '" + transport +
+                    "' transport (install libopenmpi-dev and rebuild for MPI)");
   }
+  const transport::TransportContext context = core::transport_context(config, launch);
+  std::string why;
+  if (!t->available(context, &why)) {
+    throw Error(ErrorCode::kInvalidArgument, "kolo::init() failed: " + why);
+  }
+  core::Runtime::CommunicatorFactory factory =
+      [t, context](std::unique_ptr<transport::Communicator>* out) {
+        return transport::create_communicator(*t, context, out);
+      };
   auto runtime = std::make_shared<core::Runtime>(config, factory);
   Status s = runtime->start();
   if (!s.ok()) {

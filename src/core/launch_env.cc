@@ -81,6 +81,12 @@ transport::TransportContext transport_context(const Config& config, const Launch
   context.hierarchical = config.hierarchical;
   context.fusion_threshold_bytes = config.fusion_threshold_bytes;
   context.test_hosts = launch.test_hosts;
+  context.peer_timeout_seconds = config.peer_timeout_seconds;
+  context.launcher = launch.launcher;
+  context.rank = launch.rank;
+  context.size = launch.size;
+  context.local_rank = launch.local_rank;
+  context.local_size = launch.local_size;
   return context;
 }
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,29 @@ struct AllreducePiece {
   double postscale = 1.0;
   double divisor = 1.0;
 };
+
+// The groups a communicator splits into by host (split_by_host): kHost holds the ranks of
+// this rank's host, kCross the ranks with this rank's local rank (one per host).
+enum class HostGroup { kHost, kCross };
+
+// Failure notices between the ranks of a communicator. Some transports cannot tell a rank
+// that a peer it waits for has died (MPI); a rank that learns of a failure some other way
+// (the shm transport sees host-mates die) announces it here, and every rank that polls
+// received() while it waits fails at once instead of at its deadline. Owned and used by
+// the communicator's thread; destroy it before the communicator it came from.
+class FailureNotices {
+ public:
+  virtual ~FailureNotices() = default;
+  // Sends `message` to every other rank, once (later calls, and calls after a notice
+  // arrived, do nothing); waits at most 100 ms for the sends to leave.
+  virtual void announce(const std::string& message) = 0;
+  // True once another rank announced a failure; *message is "rank N reported: ...".
+  virtual bool received(std::string* message) = 0;
+};
+
+// Polled while a communicator's call waits (set_interrupt): returning true (with a
+// reason) ends the wait with kPeerFailure and breaks the communicator.
+using Interrupt = std::function<bool(std::string* why)>;
 
 class Communicator {
  public:
@@ -108,6 +132,38 @@ class Communicator {
   virtual bool can_switch_hierarchical() const { return false; }
   virtual bool hierarchical() const { return false; }
   virtual void set_hierarchical(bool on) { (void)on; }
+
+  // --- composition: the layers over a base (shm, hier) and process sets -----------------
+  // The same calls on every transport that can split; the defaults say kUnsupported, and
+  // the layers that need them (hier/, process sets) then refuse with that message.
+  //
+  // A communicator over this rank's HostGroup, its ranks ordered like this one's and
+  // grouped like its topology (so KOLO_TEST_HOSTS applies). Collective over this
+  // communicator (every rank asks for the same group). `world_ranks` receives this
+  // communicator's rank of each member. Destroy it before this one.
+  virtual Status split_by_host(HostGroup group, std::unique_ptr<Communicator>* out,
+                               std::vector<int>* world_ranks) {
+    (void)group, (void)out, (void)world_ranks;
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " cannot split by host");
+  }
+  // A communicator over `ranks` (distinct, ascending ranks of this communicator; the new
+  // rank of ranks[i] is i). Collective over ALL ranks of this communicator, every rank
+  // passing the same list; ranks not in the list get nullptr and OK. Destroy it before
+  // this one.
+  virtual Status subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) {
+    (void)ranks, (void)out;
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " cannot make subsets");
+  }
+  // Failure notices over this communicator's ranks (see FailureNotices). Collective.
+  virtual Status create_failure_notices(std::unique_ptr<FailureNotices>* out) {
+    (void)out;
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " has no failure notices");
+  }
+  // Polled while this communicator's data-plane calls wait (about every 20 ms at most).
+  virtual Status set_interrupt(Interrupt interrupt) {
+    (void)interrupt;
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " cannot be interrupted");
+  }
 
   // --- control plane (negotiation), rooted at rank 0 -----------------------------------
   // Optional: a CycleBell (cycle_bell.h) over memory every rank of this communicator can

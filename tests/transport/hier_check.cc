@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
   TransportContext context;  // as a job's: from the KOLO_* variables mpirun passed on
   Status s = core::transport_context(core::process_env(), &context);
   if (s.ok()) {
-    s = factory ? factory->create(context, &comm) : Internal("no mpi transport in this build");
+    s = factory ? create_communicator(*factory, context, &comm)
+                : Internal("no mpi transport in this build");
   }
   if (!s.ok()) {
     std::printf("FAIL setup: %s\n", s.to_string().c_str());

@@ -126,7 +126,8 @@ int run_select(const std::string& expect) {
   std::unique_ptr<Communicator> comm;
   TransportContext context;  // as a job's: from the KOLO_* variables mpirun passed on
   Status s = core::transport_context(core::process_env(), &context);
-  if (s.ok()) s = t ? t->create(context, &comm) : Internal("no mpi transport in this build");
+  if (s.ok())
+    s = t ? create_communicator(*t, context, &comm) : Internal("no mpi transport in this build");
   if (!s.ok()) {
     std::printf("FAIL select: %s\n", s.to_string().c_str());
     return 1;

@@ -18,7 +18,6 @@
 #include "common/logging.h"
 #include "transport/hier/hier_communicator.h"
 #include "transport/hier/hier_internal.h"
-#include "transport/mpi/mpi_communicator.h"
 
 namespace kolo::transport {
 namespace {
@@ -40,8 +39,8 @@ Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptio
   Communicator& world = *comm;
   std::unique_ptr<Communicator> local, cross;
   std::vector<int> local_ranks, cross_ranks;
-  KOLO_RETURN_IF_ERROR(split_mpi_communicator(world, MpiGroup::kHost, &local, &local_ranks));
-  KOLO_RETURN_IF_ERROR(split_mpi_communicator(world, MpiGroup::kCross, &cross, &cross_ranks));
+  KOLO_RETURN_IF_ERROR(world.split_by_host(HostGroup::kHost, &local, &local_ranks));
+  KOLO_RETURN_IF_ERROR(world.split_by_host(HostGroup::kCross, &cross, &cross_ranks));
   const Status mine = wrap_in_shm(local, options.shm, &local_ranks);
   if (mine.code() == ErrorCode::kPeerFailure) return mine;
   if (!mine.ok()) {
@@ -56,10 +55,10 @@ Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptio
                             : "hierarchical: " + mine.message());
   }
   std::unique_ptr<FailureNotices> notices;
-  KOLO_RETURN_IF_ERROR(create_failure_notices(world, &notices));
+  KOLO_RETURN_IF_ERROR(world.create_failure_notices(&notices));
   auto poll = [n = notices.get()](std::string* why) { return n->received(why); };
-  KOLO_RETURN_IF_ERROR(set_shm_interrupt(*local, poll));
-  KOLO_RETURN_IF_ERROR(set_mpi_interrupt(*cross, poll));
+  KOLO_RETURN_IF_ERROR(local->set_interrupt(poll));
+  KOLO_RETURN_IF_ERROR(cross->set_interrupt(poll));
   const Topology t = world.topology();
   comm = std::make_unique<hier::HierarchicalCommunicator>(
       std::move(comm), std::move(notices), std::move(local), std::move(cross), cross_ranks);

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "transport/communicator.h"
-#include "transport/mpi/mpi_communicator.h"
 
 namespace kolo::transport::hier {
 

@@ -10,8 +10,9 @@ namespace {
 
 class InprocCommunicator final : public Communicator {
  public:
-  InprocCommunicator(InprocWorld* world, int rank)
-      : world_(world),
+  InprocCommunicator(InprocWorld* world, int rank, std::shared_ptr<InprocWorld> owned = nullptr)
+      : owned_(std::move(owned)),
+        world_(world),
         rank_(rank),
         topology_(world->topology_of(rank)),
         bell_(world->bell_requested(), world->bell_rings(), rank) {}
@@ -148,6 +149,7 @@ class InprocCommunicator final : public Communicator {
  private:
   const WaitObserver* observer() const { return observer_ ? &observer_ : nullptr; }
 
+  std::shared_ptr<InprocWorld> owned_;  // single(): the world this communicator keeps alive
   InprocWorld* world_;
   int rank_;
   Topology topology_;
@@ -175,6 +177,12 @@ InprocWorld::~InprocWorld() = default;
 
 std::unique_ptr<Communicator> InprocWorld::communicator(int rank) {
   return std::make_unique<InprocCommunicator>(this, rank);
+}
+
+std::unique_ptr<Communicator> InprocWorld::single() {
+  auto world = std::make_shared<InprocWorld>(1);
+  InprocWorld* raw = world.get();
+  return std::make_unique<InprocCommunicator>(raw, 0, std::move(world));
 }
 
 Topology InprocWorld::topology_of(int rank) const {

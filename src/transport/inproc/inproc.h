@@ -28,6 +28,9 @@ class InprocWorld {
   int size() const { return size_; }
   // The communicator of rank r. Each may be taken once.
   std::unique_ptr<Communicator> communicator(int rank);
+  // The communicator of a job of one process: one rank in a world of its own, which the
+  // communicator keeps alive (the "local" transport).
+  static std::unique_ptr<Communicator> single();
   // Simulates the death of rank r: its later calls fail at once; the others time out.
   void kill(int rank);
 

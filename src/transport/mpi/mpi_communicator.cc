@@ -5,7 +5,7 @@
 // dead or hung peer becomes kPeerFailure at the caller's deadline. MPI cannot say which
 // rank failed a collective, so data-plane errors name the operation and sizes only; the
 // control plane (mpi_control.cc) is where missing ranks get named. Sub-communicators over
-// the topology's host and cross groups (split_mpi_communicator) are made here too.
+// the topology's host and cross groups (split_by_host) and subsets are made here too.
 //
 // Not for: the control plane, the dtype/op mapping (mpi_ops.cc), or the point-to-point
 // ring allreduce of cross-host sub-communicators (mpi_ring.cc).
@@ -28,16 +28,6 @@ Status create_mpi_communicator(std::unique_ptr<Communicator>* out) {
 
 Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Communicator>* out) {
   return mpi::MpiCommunicator::create(options, out);
-}
-
-Status split_mpi_communicator(Communicator& world, MpiGroup group,
-                              std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks) {
-  auto* mpi = dynamic_cast<mpi::MpiCommunicator*>(&world);
-  if (mpi == nullptr) {
-    return InvalidArgument(std::string("split_mpi_communicator: the communicator is '") +
-                           world.name() + "', not one made by create_mpi_communicator");
-  }
-  return mpi->split(group, out, world_ranks);
 }
 
 namespace mpi {
@@ -154,8 +144,8 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-Status MpiCommunicator::split(MpiGroup group, std::unique_ptr<Communicator>* out,
-                              std::vector<int>* world_ranks) {
+Status MpiCommunicator::split_by_host(HostGroup group, std::unique_ptr<Communicator>* out,
+                                      std::vector<int>* world_ranks) {
   KOLO_RETURN_IF_ERROR(check_usable("split"));
   const bool host = group == MpiGroup::kHost;
   MPI_Comm from = host ? host_comm_ : cross_comm_;
@@ -185,6 +175,27 @@ Status MpiCommunicator::split(MpiGroup group, std::unique_ptr<Communicator>* out
                             world_ranks->data());
   MPI_Group_free(&sub_group);
   MPI_Group_free(&world_group);
+  *out = std::move(sub);
+  return Status::OK();
+}
+
+Status MpiCommunicator::subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) {
+  KOLO_RETURN_IF_ERROR(check_usable("subset"));
+  out->reset();
+  const auto it = std::find(ranks.begin(), ranks.end(), rank());
+  const int color = it == ranks.end() ? MPI_UNDEFINED : 0;
+  const int key = it == ranks.end() ? 0 : static_cast<int>(it - ranks.begin());
+  MPI_Comm group = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(comm_, color, key, &group);
+  if (rc != MPI_SUCCESS) return fail_mpi(where("subset") + ": MPI_Comm_split", rc);
+  if (group == MPI_COMM_NULL) return Status::OK();
+  std::unique_ptr<MpiCommunicator> sub(new MpiCommunicator());
+  const Status s = sub->init_sub(group, "mpi[subset]");
+  MPI_Comm_free(&group);
+  KOLO_RETURN_IF_ERROR(s);
+  // Ranks of one host stay together; the subset's own grouping is not computed.
+  sub->topology_.local_rank = sub->topology_.rank;
+  sub->topology_.local_size = sub->topology_.size;
   *out = std::move(sub);
   return Status::OK();
 }

@@ -41,39 +41,12 @@ struct MpiOptions {
 // As above, with options.
 Status create_mpi_communicator(const MpiOptions& options, std::unique_ptr<Communicator>* out);
 
-// Sub-communicators of a communicator made by create_mpi_communicator, for transports
-// that combine several (hier/): kHost holds the ranks of this rank's host, kCross the
-// ranks with this rank's local rank (one per host), both ordered like `world`'s ranks and
-// grouped like world's topology (so KOLO_TEST_HOSTS applies). Collective over `world`
-// (every rank asks for the same group). `world_ranks` receives world's rank of each member.
-// The sub-communicator names itself "mpi[host]" / "mpi[cross]" in errors, with its own
-// rank numbers; destroy it before `world` (whose destructor may finalize MPI).
-enum class MpiGroup { kHost, kCross };
-Status split_mpi_communicator(Communicator& world, MpiGroup group,
-                              std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks);
-
-// --- failure notices between ranks (for hier/) -------------------------------------------
-// MPI cannot tell a rank that a peer it waits for has died. A rank that learns of a
-// failure some other way (the shm transport sees host-mates die) can announce it here,
-// and every rank that polls received() while it waits fails at once instead of at its
-// deadline. Owned and used by the communicator's thread; destroy before `world`.
-class FailureNotices {
- public:
-  virtual ~FailureNotices() = default;
-  // Sends `message` to every other rank, once (later calls, and calls after a notice
-  // arrived, do nothing); waits at most 100 ms for the sends to leave.
-  virtual void announce(const std::string& message) = 0;
-  // True once another rank announced a failure; *message is "rank N reported: ...".
-  virtual bool received(std::string* message) = 0;
-};
-// Collective over `world` (made by create_mpi_communicator): a channel over a duplicate of
-// it, with a receive posted for the first notice.
-Status create_failure_notices(Communicator& world, std::unique_ptr<FailureNotices>* out);
-
-// Called while an MPI communicator's data-plane call waits: returning true (with a reason)
-// ends the wait with kPeerFailure and breaks the communicator.
-using MpiInterrupt = std::function<bool(std::string* why)>;
-// Sets it on `comm`, which must come from create_mpi_communicator or split_mpi_communicator.
-Status set_mpi_interrupt(Communicator& comm, MpiInterrupt interrupt);
+// MPI's answers to the composition calls of communicator.h: split_by_host() and subset()
+// give "mpi[host]" / "mpi[cross]" / "mpi[subset]" communicators, which name themselves so
+// in errors with their own rank numbers (destroy them before the world communicator,
+// whose destructor may finalize MPI); create_failure_notices() a channel over a duplicate
+// of the communicator with a receive posted for the first notice; set_interrupt() is
+// polled while data-plane calls wait.
+using MpiGroup = HostGroup;
 
 }  // namespace kolo::transport

@@ -98,7 +98,7 @@ WaitResult poll_until(Deadline deadline, Test&& test, int* mpi_error,
 inline constexpr std::chrono::microseconds kDataSpin(2000);
 // Past the spin, naps stay short: transfers in flight progress only inside MPI calls.
 inline constexpr std::chrono::microseconds kDataMaxNap(160);
-// Cross-host sub-communicators (split_mpi_communicator, kCross) reduce buffers of at least
+// Cross-host sub-communicators (split_by_host, kCross) reduce buffers of at least
 // this many bytes with the point-to-point ring (mpi_ring.cc) instead of MPI_Iallreduce.
 inline constexpr std::size_t kCrossRingMinBytes = std::size_t{256} << 10;
 
@@ -108,9 +108,15 @@ inline constexpr std::size_t kCrossRingMinBytes = std::size_t{256} << 10;
 class MpiCommunicator final : public Communicator {
  public:
   static Status create(const MpiOptions& options, std::unique_ptr<Communicator>* out);
-  // A communicator over one of this one's groups (see split_mpi_communicator).
-  Status split(MpiGroup group, std::unique_ptr<Communicator>* out, std::vector<int>* world_ranks);
-  void set_interrupt(MpiInterrupt interrupt) { interrupt_ = std::move(interrupt); }
+  // Composition (communicator.h): host and cross groups, subsets, notices, interrupts.
+  Status split_by_host(HostGroup group, std::unique_ptr<Communicator>* out,
+                       std::vector<int>* world_ranks) override;
+  Status subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) override;
+  Status create_failure_notices(std::unique_ptr<FailureNotices>* out) override;
+  Status set_interrupt(Interrupt interrupt) override {
+    interrupt_ = std::move(interrupt);
+    return Status::OK();
+  }
   MPI_Comm handle() const { return comm_; }
   ~MpiCommunicator() override;
 
@@ -182,7 +188,7 @@ class MpiCommunicator final : public Communicator {
   const char* label_ = "mpi";       // "mpi[host]", "mpi[cross]" for sub-communicators
   std::size_t ring_min_bytes_ = 0;  // allreduce uses the ring from this size on; 0: never
   std::vector<char> scratch_;       // the ring's receive buffer
-  MpiInterrupt interrupt_;          // see set_mpi_interrupt
+  Interrupt interrupt_;             // see set_interrupt
   bool broken_ = false;
   std::string broken_reason_;
   ReduceOps ops_;

@@ -1,5 +1,5 @@
-// Failure notices between ranks (see FailureNotices in mpi_communicator.h), and
-// set_mpi_interrupt.
+// Failure notices between ranks (see FailureNotices in communicator.h), and
+// set_interrupt.
 //
 // A private duplicate of the world communicator carries them, so they never match data or
 // control messages. Every rank keeps one MPI_Irecv from any source posted for the first
@@ -103,25 +103,10 @@ class MpiNotices final : public FailureNotices {
 }  // namespace
 }  // namespace mpi
 
-Status create_failure_notices(Communicator& world, std::unique_ptr<FailureNotices>* out) {
-  auto* mpi = dynamic_cast<mpi::MpiCommunicator*>(&world);
-  if (mpi == nullptr) {
-    return InvalidArgument(std::string("create_failure_notices: the communicator is '") +
-                           world.name() + "', not an MPI communicator");
-  }
-  auto notices = std::make_unique<mpi::MpiNotices>();
-  KOLO_RETURN_IF_ERROR(notices->init(mpi->handle()));
+Status mpi::MpiCommunicator::create_failure_notices(std::unique_ptr<FailureNotices>* out) {
+  auto notices = std::make_unique<MpiNotices>();
+  KOLO_RETURN_IF_ERROR(notices->init(comm_));
   *out = std::move(notices);
-  return Status::OK();
-}
-
-Status set_mpi_interrupt(Communicator& comm, MpiInterrupt interrupt) {
-  auto* mpi = dynamic_cast<mpi::MpiCommunicator*>(&comm);
-  if (mpi == nullptr) {
-    return InvalidArgument(std::string("set_mpi_interrupt: the communicator is '") + comm.name() +
-                           "', not an MPI communicator");
-  }
-  mpi->set_interrupt(std::move(interrupt));
   return Status::OK();
 }
 

@@ -46,16 +46,6 @@ Status shm_allreduce_staged(Communicator& comm, void* buffer, std::size_t count,
   return shm->allreduce_staged(buffer, count, dtype, op, &stage, deadline);
 }
 
-Status set_shm_interrupt(Communicator& comm, ShmInterrupt interrupt) {
-  auto* shm = dynamic_cast<shm::ShmCommunicator*>(&comm);
-  if (shm == nullptr) {
-    return InvalidArgument(std::string("set_shm_interrupt: the communicator is '") + comm.name() +
-                           "', not one made by wrap_in_shm");
-  }
-  shm->set_interrupt(std::move(interrupt));
-  return Status::OK();
-}
-
 Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& options,
                    const std::vector<int>* rank_names) {
   Communicator& base = *comm;

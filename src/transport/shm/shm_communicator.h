@@ -64,11 +64,10 @@ using SliceStage = std::function<Status(void* slice, std::size_t count)>;
 // (fusion_buffer()) and chunked copy paths as allreduce().
 Status shm_allreduce_staged(Communicator& comm, void* buffer, std::size_t count, DataType dtype,
                             ReduceOp op, const SliceStage& stage, Deadline deadline);
-// Polled while `comm`'s barriers sleep (every 20 ms at most): returning true (with a
-// reason) fails the waiting call like a dead rank, and breaks `comm`. The hierarchical
-// transport passes failure notices from other hosts through it.
-using ShmInterrupt = std::function<bool(std::string* why)>;
-Status set_shm_interrupt(Communicator& comm, ShmInterrupt interrupt);
+// A ShmCommunicator's set_interrupt() (communicator.h) is polled while its barriers sleep
+// (every 20 ms at most): returning true (with a reason) fails the waiting call like a dead
+// rank, and breaks it. The hierarchical transport passes failure notices from other hosts
+// through it.
 
 // The transport table's policy: applies `options.mode` to `comm` (see ShmOptions::mode).
 // In auto mode a segment that cannot be created logs a warning and leaves `comm` as it

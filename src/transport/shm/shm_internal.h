@@ -37,7 +37,10 @@ class ShmCommunicator final : public Communicator {
   Status allreduce_staged(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                           const SliceStage* stage, Deadline deadline);
   void set_rank_names(std::vector<int> names) { barrier_.set_rank_names(std::move(names)); }
-  void set_interrupt(ShmInterrupt interrupt) { barrier_.set_interrupt(std::move(interrupt)); }
+  Status set_interrupt(Interrupt interrupt) override {
+    barrier_.set_interrupt(std::move(interrupt));
+    return Status::OK();
+  }
   // The barrier's control_and and the base's delegated control calls.
   void set_wait_observer(WaitObserver observer) override {
     barrier_.set_wait_observer(observer);
