@@ -279,7 +279,12 @@ int train(const Flags& flags) {
     std::printf("nothing to do: %d of %d epochs already done\n", start_epoch, flags.epochs);
   }
   if (rank == 0 && !flags.summary_json.empty() && epochs_run > 0) {
+    // A fingerprint of the trained weights: runs that must train alike (the same job
+    // started by kolorun, by TF_CONFIG or by torch-style variables) print the same one.
+    double parameter_sum = 0;
+    for (const auto& p : model->parameters()) parameter_sum += p.abs().sum().item<double>();
     const nlohmann::json summary = {{"world_size", size},
+                                    {"parameter_sum", parameter_sum},
                                     {"epochs", flags.epochs},
                                     {"test_accuracy", accuracy},
                                     {"train_loss", mean_loss},
