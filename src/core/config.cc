@@ -37,6 +37,12 @@ const std::vector<OptionDoc>& launcher_variables() {
       {"KOLO_CROSS_RANK", "set by kolorun",
        "rank among workers with the same local rank (host index)", ""},
       {"KOLO_CROSS_SIZE", "set by kolorun", "hosts with a worker of this local rank", ""},
+      {"KOLO_RENDEZVOUS_ADDR", "set by kolorun",
+       "host:port of the job's store (kolorun runs it; not with --mpi)", ""},
+      {"KOLO_RENDEZVOUS_SECRET", "set by kolorun",
+       "the job's secret for its store (32 hex digits; never on a command line)", ""},
+      {"KOLO_HOST_ADDR", "set by kolorun",
+       "the address of the worker's host as kolorun knows it (127.0.0.1 on one host)", ""},
   };
   return kVars;
 }

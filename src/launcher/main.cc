@@ -1,10 +1,17 @@
-// kolorun: the command line. Parses options, then either prints the mpirun command
-// (--dry-run), supervises the job (supervisor.h), or acts as a worker shim (shim.h,
-// the hidden mode mpirun runs on every slot).
+// kolorun: the command line. Parses options, then either starts the workers itself
+// (the default: the job's store, worker_plan.h, job.h), or with --mpi hands them to
+// mpirun (mpirun_command.h, supervisor.h); --dry-run prints what either would run. Two
+// hidden modes: the worker shim mpirun runs on every slot (shim.h), and the wrapper ssh
+// runs for a worker on another host (remote_worker.h).
 //
 // Not for: anything that needs testing without a process: that lives in hosts.h,
-// layout.h and mpirun_command.h.
+// layout.h, mpirun_command.h and worker_plan.h.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,11 +26,16 @@
 #include "core/config.h"
 #include "launcher/events.h"
 #include "launcher/hosts.h"
+#include "launcher/job.h"
 #include "launcher/layout.h"
 #include "launcher/mpirun_command.h"
+#include "launcher/remote_worker.h"
 #include "launcher/shim.h"
 #include "launcher/supervisor.h"
 #include "launcher/threads.h"
+#include "launcher/worker_plan.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace {
 
@@ -46,7 +58,12 @@ std::string help_footer() {
   s += "\nWorker output is prefixed with \"[rank] \". When a worker fails, the others get\n"
        "--grace-seconds to finish or report their own errors (e.g. a peer timeout,\n"
        "KOLO_PEER_TIMEOUT_SECONDS) before the job is stopped; kolorun then exits with the\n"
-       "failed worker's status. See docs/launcher.md.\n";
+       "failed worker's status. See docs/launcher.md.\n"
+       "\nkolorun's own settings, from its environment:\n"
+       "  KOLO_LAUNCHER_MODE (default: kolorun)\n"
+       "      kolorun: start the workers itself; mpi: through mpirun, as --mpi\n"
+       "  KOLO_SSH_PORT (default: unset)\n"
+       "      the port ssh connects to on other hosts (unset: ssh's own default)\n";
   return s;
 }
 
@@ -104,10 +121,155 @@ int run_worker_shim(int argc, char** argv) {
   return launcher::run_shim(options);
 }
 
+// 32 hex digits from /dev/urandom: the job's rendezvous secret ("" if unreadable).
+std::string make_secret() {
+  unsigned char bytes[16];
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  const bool ok = ::read(fd, bytes, sizeof bytes) == static_cast<ssize_t>(sizeof bytes);
+  ::close(fd);
+  if (!ok) return "";
+  std::string hex;
+  char two[3];
+  for (unsigned char b : bytes) {
+    std::snprintf(two, sizeof two, "%02x", b);
+    hex += two;
+  }
+  return hex;
+}
+
+// The address of this host's interface towards `host` (a UDP socket's connect() sends
+// nothing; getsockname then says which local address the route uses).
+Status address_towards(const std::string& host, std::string* out) {
+  struct addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  struct addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found); rc != 0) {
+    return kolo::InvalidArgument("cannot resolve host " + host + ": " + ::gai_strerror(rc));
+  }
+  Status result = kolo::InvalidArgument("no route from this host to " + host);
+  for (auto* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    struct sockaddr_storage local = {};
+    socklen_t len = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<struct sockaddr*>(&local), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<struct sockaddr*>(&local), len, text, sizeof text, nullptr,
+                      0, NI_NUMERICHOST) == 0) {
+      *out = text;
+      result = Status::OK();
+    }
+    ::close(fd);
+    if (result.ok()) break;
+  }
+  ::freeaddrinfo(found);
+  return result;
+}
+
+std::string current_dir() {
+  char buf[PATH_MAX];
+  return ::getcwd(buf, sizeof buf) != nullptr ? std::string(buf) : std::string(".");
+}
+
+struct OwnLaunch {
+  bool dry_run = false;
+  std::string rendezvous_addr;  // --rendezvous-addr, "" = choose
+};
+
+// kolorun's own launcher: the job's store, then every worker (job.h).
+int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
+  const auto names = this_host_names();
+  const bool one_host = launcher::runs_on_this_host_only(request, names);
+  launcher::PlanInputs in;
+  in.env = kolo::core::process_env();
+  in.this_host_names = names;
+  in.self_exe = self_exe();
+  in.cwd = current_dir();
+  in.cores = launcher::usable_cores();
+  if (auto it = in.env.find(launcher::kSshPortVar); it != in.env.end() && !it->second.empty()) {
+    char* end = nullptr;
+    const long port = std::strtol(it->second.c_str(), &end, 10);
+    if (*end != '\0' || port < 1 || port > 65535) {
+      return fail(std::string(launcher::kSshPortVar) + "=" + it->second +
+                  " is not a port: expected 1..65535");
+    }
+    in.ssh_port = static_cast<int>(port);
+  }
+  std::string host = "127.0.0.1";
+  if (!one_host) {
+    if (auto chosen = launcher::rendezvous_host(request.hosts, names, own.rendezvous_addr)) {
+      host = *chosen;
+    } else {
+      const std::string remote = launcher::first_remote_host(request.hosts, names);
+      if (Status s = address_towards(remote, &host); !s.ok() && own.dry_run) {
+        host = "THIS_HOST";  // a dry run of hosts this machine cannot resolve
+      } else if (!s.ok()) {
+        return fail("cannot tell which address of this host the workers on " + remote +
+                    " reach the job's store at (" + s.message() +
+                    "); give it with --rendezvous-addr");
+      }
+    }
+    in.this_host_addr = host;
+  }
+  const std::string secret = make_secret();
+  if (secret.empty()) return fail("cannot read /dev/urandom for the job's secret");
+  std::unique_ptr<kolo::rendezvous::TcpStoreServer> server;
+  std::unique_ptr<kolo::rendezvous::TcpStore> store;
+  if (own.dry_run) {
+    in.rendezvous_addr = launcher::host_port(host, 0);
+    in.rendezvous_addr.replace(in.rendezvous_addr.size() - 1, 1, "PORT");
+  } else {
+    kolo::rendezvous::TcpStoreServerOptions so;
+    so.host = one_host ? "127.0.0.1" : "0.0.0.0";
+    so.secret = secret;
+    if (Status s = kolo::rendezvous::TcpStoreServer::start(so, &server); !s.ok()) {
+      return fail("cannot start the job's store: " + s.message());
+    }
+    in.rendezvous_addr = launcher::host_port(host, server->port());
+    kolo::rendezvous::TcpStoreOptions co;
+    co.port = server->port();
+    co.secret = secret;
+    co.connect_timeout_s = 5;
+    co.io_timeout_s = 5;
+    if (Status s = kolo::rendezvous::TcpStore::connect(co, &store); !s.ok()) {
+      return fail("cannot reach the job's own store: " + s.message());
+    }
+  }
+  launcher::JobOptions job;
+  job.workers = launcher::plan_workers(request, in);
+  if (own.dry_run) {
+    for (const auto& w : job.workers) {
+      std::vector<std::string> words = w.argv;
+      if (!w.remote) {
+        words = {"env"};
+        for (const auto& [name, value] : w.vars) words.push_back(name + "=" + value);
+        words.insert(words.end(), w.argv.begin(), w.argv.end());
+      }
+      std::cout << "[" << w.rank << "] " << w.host << ": " << launcher::shell_join(words) << "\n";
+    }
+    std::cout << std::flush;
+    return 0;
+  }
+  job.rendezvous_secret = secret;
+  job.event_token = launcher::make_event_token();
+  job.grace_seconds = request.grace_seconds;
+  job.store = store.get();
+  const int status = launcher::run_job(job);
+  store.reset();
+  server->stop();
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--worker-shim") return run_worker_shim(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "--remote-worker") {
+    return launcher::run_remote_worker({argv + 2, argv + argc});
+  }
 
   // mpirun spells the worker count "-np"; CLI11 reads a single dash as one-letter flags.
   // Only kolorun's own options are rewritten: the walk stops at the program.
@@ -118,7 +280,7 @@ int main(int argc, char** argv) {
     if (a == "-np") a = "--np";
     if (a.rfind("-np=", 0) == 0) a = "-" + a;
     if (a == "-n" || a == "--np" || a == "-H" || a == "--hosts" || a == "--hostfile" ||
-        a == "--grace-seconds") {
+        a == "--grace-seconds" || a == "--rendezvous-addr") {
       ++i;  // the option's value
     }
   }
@@ -131,7 +293,7 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(28);
 
   int np = 0;
-  std::string host_list, hostfile;
+  std::string host_list, hostfile, rendezvous_addr;
   bool use_mpi = false, dry_run = false;
   double grace_seconds = 5;
   app.add_option("-n,--np", np, "number of workers, also spelled -np (required, no default; >= 1)")
@@ -145,14 +307,20 @@ int main(int argc, char** argv) {
                  "(default: none)")
       ->excludes(hosts_opt);
   app.add_flag("--mpi", use_mpi,
-               "start the workers through mpirun (OpenMPI) (default: on; in this version the "
-               "only way)");
+               "start the workers through OpenMPI's mpirun instead of by kolorun itself "
+               "(default: off; KOLO_LAUNCHER_MODE=mpi does the same)");
+  app.add_option("--rendezvous-addr", rendezvous_addr,
+                 "the address of this host that workers on other hosts reach the job's store "
+                 "at (default: this host's name in -H, else the address of the interface "
+                 "towards the first other host)")
+      ->type_name("ADDR");
   app.add_option("--grace-seconds", grace_seconds,
                  "after the first worker fails, how long the others get to finish or report "
                  "their own errors before they are stopped (default: 5)")
       ->type_name("SECONDS");
   app.add_flag("--dry-run", dry_run,
-               "print the mpirun command that would run, and exit (default: off)");
+               "print what would run (each worker's command, or the mpirun command), and exit "
+               "(default: off)");
 
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
@@ -186,6 +354,21 @@ int main(int argc, char** argv) {
   if (Status s = launcher::check_machine_limits(request, machine_limits(), this_host_names());
       !s.ok()) {
     return fail(s.message());
+  }
+
+  const char* mode = std::getenv(launcher::kLauncherModeVar);
+  const std::string mode_text = mode ? mode : "";
+  if (mode_text != "" && mode_text != "kolorun" && mode_text != "mpi") {
+    return fail(std::string(launcher::kLauncherModeVar) + "=" + mode_text +
+                " is not valid: expected kolorun (the default) or mpi");
+  }
+  if (!use_mpi && mode_text != "mpi") {
+    launcher::prepare_worker_threads(request, kolo::core::process_env(), this_host_names(),
+                                     /*announce=*/!dry_run);
+    OwnLaunch own;
+    own.dry_run = dry_run;
+    own.rendezvous_addr = rendezvous_addr;
+    return run_own(request, own);
   }
 
   // The shims mark their exit reports with this job's token (exported with the other

@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <set>
 
 namespace kolo::launcher {
 namespace {
@@ -34,6 +37,15 @@ void on_signal(int sig, siginfo_t* info, void*) {
 // Signals whose handling the children must not inherit (ignored dispositions survive
 // exec; we ignore SIGPIPE so that a vanished reader is an error, not a death).
 constexpr int kResetInChild[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGQUIT};
+
+// end_descendants gives up after this, whatever is left.
+constexpr auto kLeftoverGiveUp = std::chrono::seconds(5);
+
+// A small write to a pipe (atomic below PIPE_BUF), retried after EINTR.
+void write_all_raw(int fd, const void* data, size_t n) {
+  while (::write(fd, data, n) < 0 && errno == EINTR) {
+  }
+}
 
 }  // namespace
 
@@ -63,15 +75,33 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
-  int out_pipe[2], err_pipe[2], exec_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0)
+  std::vector<char*> envp;
+  if (options.environment != nullptr) {
+    for (const auto& e : *options.environment) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+  }
+  int in_pipe[2] = {-1, -1};
+  if (options.stdin_pipe && ::pipe2(in_pipe, O_CLOEXEC) != 0) {
     return Internal(std::string("pipe: ") + std::strerror(errno));
+  }
+  auto close_in = [&] {
+    for (int fd : in_pipe) {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  int out_pipe[2], err_pipe[2], exec_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    close_in();
+    return Internal(std::string("pipe: ") + std::strerror(errno));
+  }
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    close_in();
     ::close(out_pipe[0]), ::close(out_pipe[1]);
     return Internal(std::string("pipe: ") + std::strerror(errno));
   }
   // exec_pipe reports an exec failure's errno to the parent; a successful exec closes it.
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    close_in();
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
     return Internal(std::string("pipe: ") + std::strerror(errno));
   }
@@ -79,6 +109,7 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
+    close_in();
     for (int fd :
          {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]}) {
       ::close(fd);
@@ -92,7 +123,9 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
       ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
       if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
     }
-    if (options.stdin_from_dev_null) {
+    if (options.stdin_pipe) {
+      ::dup2(in_pipe[0], 0);
+    } else if (options.stdin_from_dev_null) {
       const int null_fd = ::open("/dev/null", O_RDONLY);
       if (null_fd >= 0) ::dup2(null_fd, 0);
     }
@@ -102,14 +135,21 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execvp(args[0], args.data());
+    if (options.environment != nullptr) {
+      ::execvpe(args[0], args.data(), envp.data());
+    } else {
+      ::execvp(args[0], args.data());
+    }
     const int err = errno;
     [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));
     ::_exit(127);
   }
+  // Also here, so that a kill(-pid) right after we return cannot miss the group.
+  if (options.own_process_group) ::setpgid(pid, pid);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   ::close(exec_pipe[1]);
+  if (in_pipe[0] >= 0) ::close(in_pipe[0]);
   int exec_errno = 0;
   ssize_t n;
   do {
@@ -119,6 +159,7 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
+    if (in_pipe[1] >= 0) ::close(in_pipe[1]);
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -127,6 +168,7 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
   out->pid = pid;
   out->out_fd = out_pipe[0];
   out->err_fd = err_pipe[0];
+  out->in_fd = in_pipe[1];
   return Status::OK();
 }
 
@@ -179,6 +221,75 @@ pid_t start_guard(pid_t target, double kill_after_seconds, const std::string& cl
   ::_exit(0);
 }
 
+GroupGuard start_group_guard(double kill_after_seconds) {
+  GroupGuard g;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return g;
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]), ::close(fds[1]);
+    return g;
+  }
+  if (pid > 0) {
+    ::close(fds[0]);
+    g.pid = pid;
+    g.fd = fds[1];
+    return g;
+  }
+  // Guard: its own process group (a kill of ours must not take it), no descriptors but
+  // the pipe's read end, no allocation.
+  ::setpgid(0, 0);
+  for (int sig : kResetInChild) ::signal(sig, SIG_DFL);
+  ::signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C is kolorun's to handle
+  if (::dup2(fds[0], 3) < 0) ::_exit(1);
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, 4U, ~0U, 0U) != 0)
+#endif
+  {
+    const long max_fd = ::sysconf(_SC_OPEN_MAX);
+    for (long fd = 4; fd < (max_fd > 0 ? max_fd : 1024); ++fd) ::close(static_cast<int>(fd));
+  }
+  static pid_t groups[1 << 16];
+  size_t count = 0;
+  for (;;) {
+    pid_t pgid = 0;
+    const ssize_t n = ::read(3, &pgid, sizeof pgid);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == static_cast<ssize_t>(sizeof pgid) && pgid == 0) ::_exit(0);  // a normal end
+    if (n != static_cast<ssize_t>(sizeof pgid)) break;                    // we died
+    if (count < sizeof groups / sizeof groups[0]) groups[count++] = pgid;
+  }
+  for (size_t i = 0; i < count; ++i) ::kill(-groups[i], SIGTERM);
+  const long polls = static_cast<long>(kill_after_seconds * 10);
+  for (long p = 0; p < polls; ++p) {
+    bool any = false;
+    for (size_t i = 0; i < count && !any; ++i) any = ::kill(-groups[i], 0) == 0;
+    if (!any) break;
+    struct timespec tenth = {0, 100 * 1000 * 1000};
+    ::nanosleep(&tenth, nullptr);
+  }
+  for (size_t i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
+  ::_exit(0);
+}
+
+void guard_add(const GroupGuard& guard, pid_t pgid) {
+  if (guard.fd >= 0 && pgid > 0) {
+    write_all_raw(guard.fd, &pgid, sizeof pgid);
+  }
+}
+
+void end_group_guard(GroupGuard* guard) {
+  if (guard->pid <= 0) return;
+  const pid_t done = 0;
+  write_all_raw(guard->fd, &done, sizeof done);
+  ::close(guard->fd);
+  guard->fd = -1;
+  int status = 0;
+  while (::waitpid(guard->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  guard->pid = -1;
+}
+
 void remove_job_dir(const std::string& dir) {
   if (dir.empty()) return;
   // Twice: a worker that was still starting may have created a file after the first pass.
@@ -198,6 +309,57 @@ void end_guard(pid_t guard) {
   ::kill(guard, SIGKILL);
   int status = 0;
   while (::waitpid(guard, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> kids;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return kids;
+  while (const dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == parent) continue;
+    const std::string stat_path = std::string("/proc/") + e->d_name + "/stat";
+    FILE* f = std::fopen(stat_path.c_str(), "r");
+    if (!f) continue;
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) state ppid ...": comm may hold spaces and ')', so parse after the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    char state = 0;
+    long ppid = 0;
+    if (close && std::sscanf(close + 1, " %c %ld", &state, &ppid) == 2 && ppid == parent &&
+        state != 'Z') {
+      kids.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  ::closedir(proc);
+  return kids;
+}
+
+void end_descendants(Clock::duration term_for) {
+  const pid_t self = ::getpid();
+  const auto start = Clock::now();
+  std::set<pid_t> termed;
+  for (;;) {
+    int status = 0;
+    while (::waitpid(-1, &status, WNOHANG) > 0) {
+    }
+    const std::vector<pid_t> kids = children_of(self);
+    const auto now = Clock::now();
+    if (kids.empty() || now - start > kLeftoverGiveUp) return;
+    const bool kill_now = now - start >= term_for;
+    for (pid_t pid : kids) {
+      if (kill_now) {
+        ::kill(pid, SIGKILL);
+      } else if (termed.insert(pid).second) {
+        ::kill(pid, SIGTERM);
+      }
+    }
+    ::usleep(10000);
   }
 }
 

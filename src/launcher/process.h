@@ -40,12 +40,20 @@ struct SpawnOptions {
   int parent_death_signal = 0;
   // Give the child /dev/null as stdin instead of ours.
   bool stdin_from_dev_null = false;
+  // Give the child a pipe as stdin, whose write end is Child::in_fd (wins over
+  // stdin_from_dev_null).
+  bool stdin_pipe = false;
+  // The child's whole environment ("NAME=VALUE" entries); nullptr: ours. Built before
+  // fork, because a process with threads may call only async-signal-safe functions
+  // between fork and exec. PATH is searched in our own environment.
+  const std::vector<std::string>* environment = nullptr;
 };
 
 struct Child {
   pid_t pid = -1;
   int out_fd = -1;  // read end of the child's stdout
   int err_fd = -1;  // read end of the child's stderr
+  int in_fd = -1;   // write end of the child's stdin, with SpawnOptions::stdin_pipe
 };
 
 // Starts argv[0] (searched in PATH) with `argv`. Fails, with the errno text, when the
@@ -64,9 +72,39 @@ pid_t start_guard(pid_t target, double kill_after_seconds, const std::string& cl
 // Ends the guard (we are leaving normally) and reaps it.
 void end_guard(pid_t guard);
 
+// A guard for many process groups (kolorun's own launcher: one per worker), told about
+// each as it starts: a process that does nothing while we live and, once we die without
+// end_group_guard (even by SIGKILL), sends each group SIGTERM and, `kill_after_seconds`
+// later, SIGKILL. PR_SET_PDEATHSIG on a worker ends only the worker itself, not what it
+// started. Groups reach the guard through a pipe whose only writer is us, so our death
+// is its end of file.
+struct GroupGuard {
+  pid_t pid = -1;
+  int fd = -1;  // write end of the pipe
+};
+// Starts the guard (a fork that runs only async-signal-safe code, so threads may exist).
+// pid -1 on failure.
+GroupGuard start_group_guard(double kill_after_seconds);
+// Tells the guard about the group led by `pgid`.
+void guard_add(const GroupGuard& guard, pid_t pgid);
+// Ends the guard without it touching anything (we are leaving normally) and reaps it.
+void end_group_guard(GroupGuard* guard);
+
 // Removes the files in `dir` (not in its subdirectories) and then `dir` itself: a
 // directory that this job made for itself (mpirun_command.h, MpirunInputs::shm_dir).
 void remove_job_dir(const std::string& dir);
+
+// This process's live children (from /proc: field 4 of /proc/PID/stat is the parent).
+std::vector<pid_t> children_of(pid_t parent);
+
+// Ends every child of this process that is still there: for a process that is a child
+// sub-reaper (PR_SET_CHILD_SUBREAPER) and whose own children are gone, these are what
+// they left behind (a shell's background jobs, a daemon that called setsid() to leave the
+// process group). Each gets SIGTERM when first seen and SIGKILL once `term_for` has
+// passed; a leftover's own children come to us when it dies and are handled the same
+// way, until none is left. Reaps them all. Bounded: nothing survives SIGKILL, and it
+// gives up after 5 s regardless.
+void end_descendants(Clock::duration term_for);
 
 // Encodes a wait() status the way shells do: exit code, or 128 + signal.
 int shell_status(int wait_status);

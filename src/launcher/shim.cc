@@ -1,7 +1,6 @@
 // The per-worker shim that mpirun runs (see shim.h).
 #include "launcher/shim.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 
 #include "core/config.h"
 #include "launcher/events.h"
@@ -29,9 +27,8 @@ constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 // When the job is being stopped, mpirun sends SIGKILL one second after its SIGTERM: the
 // shim drains for less and kills leftovers at once, so that it is done before that.
 constexpr auto kDrainWhenStopped = std::chrono::milliseconds(250);
-// How long leftovers get between SIGTERM and SIGKILL, and when the shim stops trying.
+// How long leftovers get between SIGTERM and SIGKILL.
 constexpr auto kLeftoverTerm = std::chrono::seconds(1);
-constexpr auto kLeftoverGiveUp = std::chrono::seconds(5);
 
 bool read_int(const std::map<std::string, std::string>& env, const char* name, int* out) {
   auto it = env.find(name);
@@ -51,65 +48,6 @@ std::string host_name() {
 
 void say(const std::string& prefix, const std::string& text) {
   write_all(2, prefix + "kolorun: " + text + "\n");
-}
-
-// The shim's live children, from /proc (field 4 of /proc/PID/stat is the parent).
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> kids;
-  DIR* proc = ::opendir("/proc");
-  if (!proc) return kids;
-  while (const dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0 || pid == parent) continue;
-    const std::string stat_path = std::string("/proc/") + e->d_name + "/stat";
-    FILE* f = std::fopen(stat_path.c_str(), "r");
-    if (!f) continue;
-    char buf[512];
-    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    std::fclose(f);
-    buf[n] = '\0';
-    // "pid (comm) state ppid ...": comm may hold spaces and ')', so parse after the last ')'.
-    const char* close = std::strrchr(buf, ')');
-    char state = 0;
-    long ppid = 0;
-    if (close && std::sscanf(close + 1, " %c %ld", &state, &ppid) == 2 && ppid == parent &&
-        state != 'Z') {
-      kids.push_back(static_cast<pid_t>(pid));
-    }
-  }
-  ::closedir(proc);
-  return kids;
-}
-
-// Ends everything the program left behind once it has exited and been reaped: a shell's
-// background jobs, a daemon that called setsid() to leave the process group. The shim
-// is a child sub-reaper (run_shim), so every orphaned descendant becomes its child, and
-// after the program is gone every child is a leftover. Each gets SIGTERM when first
-// seen, and SIGKILL once `term_for` has passed; a leftover's own children come to the
-// shim when it dies and are handled the same way, until none is left. Bounded: nothing
-// survives SIGKILL, and the loop gives up after kLeftoverGiveUp regardless.
-void end_descendants(Clock::duration term_for) {
-  const pid_t self = ::getpid();
-  const auto start = Clock::now();
-  std::set<pid_t> termed;
-  for (;;) {
-    int status = 0;
-    while (::waitpid(-1, &status, WNOHANG) > 0) {
-    }
-    const std::vector<pid_t> kids = children_of(self);
-    const auto now = Clock::now();
-    if (kids.empty() || now - start > kLeftoverGiveUp) return;
-    const bool kill_now = now - start >= term_for;
-    for (pid_t pid : kids) {
-      if (kill_now) {
-        ::kill(pid, SIGKILL);
-      } else if (termed.insert(pid).second) {
-        ::kill(pid, SIGTERM);
-      }
-    }
-    ::usleep(10000);
-  }
 }
 
 // Waits for a stop signal from mpirun (or anyone) until `linger` has passed.

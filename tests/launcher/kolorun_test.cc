@@ -1,4 +1,5 @@
-// Multi-process tests of kolorun: real kolorun, real mpirun, shell-script workers.
+// Multi-process tests of kolorun's --mpi path: real kolorun, real mpirun, shell-script
+// workers. (kolorun's own launcher, the default: own_launcher_test.cc.)
 //
 // Each test bounds its run time (RunKolorun kills kolorun past its limit and the test
 // fails). Failure paths use a short --grace-seconds so that the suite stays fast.
@@ -34,7 +35,7 @@ std::multiset<std::string> line_set(const std::string& text) {
 }
 
 TEST(Kolorun, PrefixesEachWorkersOutputWithItsRank) {
-  RunResult r = run_kolorun({"-np", "3", "sh", "-c", "echo $KOLO_RANK"});
+  RunResult r = run_kolorun({"--mpi", "-np", "3", "sh", "-c", "echo $KOLO_RANK"});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(line_set(r.out), (std::multiset<std::string>{"[0] 0", "[1] 1", "[2] 2"})) << r.out;
@@ -46,7 +47,7 @@ class KolorunRanks : public ::testing::TestWithParam<int> {};
 TEST_P(KolorunRanks, EveryWorkerSeesConsistentVariables) {
   const int np = GetParam();
   RunResult r =
-      run_kolorun({"-np", std::to_string(np), "sh", "-c",
+      run_kolorun({"--mpi", "-np", std::to_string(np), "sh", "-c",
                    "echo $KOLO_RANK $KOLO_SIZE $KOLO_LOCAL_RANK $KOLO_LOCAL_SIZE $KOLO_CROSS_RANK "
                    "$KOLO_CROSS_SIZE"});
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -75,18 +76,18 @@ TEST_P(KolorunRanks, EveryWorkerSeesConsistentVariables) {
 INSTANTIATE_TEST_SUITE_P(Sizes, KolorunRanks, ::testing::Values(2, 3, 4));
 
 TEST(Kolorun, LeavesTheProgramsArgumentsAlone) {
-  RunResult r =
-      run_kolorun({"-np", "1", "sh", "-c", "echo \"$@\"", "x", "-np", "5", "--help", "-H", "a"});
+  RunResult r = run_kolorun(
+      {"--mpi", "-np", "1", "sh", "-c", "echo \"$@\"", "x", "-np", "5", "--help", "-H", "a"});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "[0] -np 5 --help -H a\n");
-  r = run_kolorun({"--np=1", "--", "sh", "-c", "echo ok"});
+  r = run_kolorun({"--mpi", "--np=1", "--", "sh", "-c", "echo ok"});
   EXPECT_EQ(r.out, "[0] ok\n") << r.err;
 }
 
 TEST(Kolorun, KeepsStdoutAndStderrApart) {
-  RunResult r = run_kolorun(
-      {"-np", "2", "sh", "-c", "echo out $KOLO_RANK; echo err $KOLO_RANK >&2; printf tail"});
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "sh", "-c",
+                             "echo out $KOLO_RANK; echo err $KOLO_RANK >&2; printf tail"});
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(line_set(r.out),
@@ -103,7 +104,7 @@ TEST(Kolorun, ProcessesAWorkerLeavesBehindEndWithIt) {
   ASSERT_NE(::mkdtemp(dir), nullptr);
   const std::string pids = std::string(dir) + "/pid.";
   RunResult r = run_kolorun(
-      {"-np", "2", "sh", "-c",
+      {"--mpi", "-np", "2", "sh", "-c",
        "sleep 300 & echo $! > " + pids + "$KOLO_RANK; echo \"token=[$KOLO_LAUNCHER_TOKEN]\""});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 0) << r.err;
@@ -150,7 +151,8 @@ std::vector<pid_t> processes_running(const std::vector<std::string>& argv) {
 // test run, so that the check finds only these processes.
 TEST(Kolorun, ADaemonTheProgramStartsDoesNotOutliveTheJob) {
   const std::string seconds = "301." + std::to_string(::getpid());
-  RunResult r = run_kolorun({"-np", "2", "sh", "-c", "setsid sleep " + seconds + " & exit 0"});
+  RunResult r =
+      run_kolorun({"--mpi", "-np", "2", "sh", "-c", "setsid sleep " + seconds + " & exit 0"});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 0) << r.err;
   std::vector<pid_t> left = processes_running({"sleep", seconds});
@@ -164,7 +166,7 @@ TEST(Kolorun, ADaemonTheProgramStartsDoesNotOutliveTheJob) {
 
 TEST(Kolorun, AFailingWorkerStopsTheOthersAfterTheGracePeriod) {
   // Rank 1 fails at once; the others would sleep for a minute.
-  RunResult r = run_kolorun({"-np", "3", "--grace-seconds", "1", "sh", "-c",
+  RunResult r = run_kolorun({"--mpi", "-np", "3", "--grace-seconds", "1", "sh", "-c",
                              "if [ $KOLO_RANK = 1 ]; then echo failing >&2; exit 3; fi; "
                              "sleep 60"});
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -177,14 +179,14 @@ TEST(Kolorun, AFailingWorkerStopsTheOthersAfterTheGracePeriod) {
 }
 
 TEST(Kolorun, WhenEveryWorkerFailedItDoesNotWaitForTheGracePeriod) {
-  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "30", "sh", "-c", "exit 1"});
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "--grace-seconds", "30", "sh", "-c", "exit 1"});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_LT(r.seconds, 10) << r.err;
 }
 
 TEST(Kolorun, AWorkerKilledBySignalIsReported) {
-  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "1", "sh", "-c",
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "--grace-seconds", "1", "sh", "-c",
                              "if [ $KOLO_RANK = 1 ]; then kill -9 $$; fi; sleep 60"});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 128 + 9) << r.err;
@@ -242,7 +244,7 @@ TEST(Kolorun, TheRankThatDiedIsBlamedNotTheSurvivorThatReportedFirst) {
       "while kill -0 $p 2>/dev/null; do sleep 0.01; done; "
       "echo 'rank 1 is gone' >&2; touch " +
       d + "/noticed; exit 1";
-  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "1", "sh", "-c", script});
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "--grace-seconds", "1", "sh", "-c", script});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 137) << r.err;
   EXPECT_TRUE(contains(r.err, "[0] rank 1 is gone")) << r.err;
@@ -268,7 +270,7 @@ TEST_P(KolorunShimSignal, IsBlamedOnThatWorker) {
       "fi; "
       "while [ ! -e " +
       d + "/gone ]; do sleep 0.01; done; echo 'rank 1 is gone' >&2; exit 1";
-  KolorunProcess p({"-np", "3", "--grace-seconds", "1", "sh", "-c", script});
+  KolorunProcess p({"--mpi", "-np", "3", "--grace-seconds", "1", "sh", "-c", script});
   const pid_t shim = dir.read_pid("shim", 20);
   ASSERT_GT(shim, 0) << "rank 1 did not start";
   ::kill(shim, sig);
@@ -299,7 +301,7 @@ INSTANTIATE_TEST_SUITE_P(Signals, KolorunShimSignal, ::testing::Values(SIGTERM, 
                          });
 
 TEST(Kolorun, SigintStopsTheJob) {
-  KolorunProcess p({"-np", "2", "sh", "-c", "echo ready; sleep 60"});
+  KolorunProcess p({"--mpi", "-np", "2", "sh", "-c", "echo ready; sleep 60"});
   ASSERT_TRUE(p.wait_for_lines("ready", 2, 20)) << p.out();
   const auto start = std::chrono::steady_clock::now();
   ::kill(p.pid(), SIGINT);
@@ -327,7 +329,8 @@ TEST(Kolorun, AKilledKolorunLeavesNoMpirunBehind) {
   }
   ASSERT_EQ(::chmod((d + "/mpirun").c_str(), 0755), 0);
   const char* path = std::getenv("PATH");
-  KolorunProcess p({"-np", "2", "true"}, {{"PATH", d + ":" + (path ? path : "/usr/bin:/bin")}});
+  KolorunProcess p({"--mpi", "-np", "2", "true"},
+                   {{"PATH", d + ":" + (path ? path : "/usr/bin:/bin")}});
   const pid_t mpirun = dir.read_pid("pid", 20);
   ASSERT_GT(mpirun, 0) << "the stand-in mpirun did not start";
   ::kill(p.pid(), SIGKILL);
@@ -368,7 +371,7 @@ TEST(Kolorun, AKilledMpirunLeavesNoSharedMemoryFiles) {
 #ifndef KOLO_MPI_IDLE
   GTEST_SKIP() << "built without MPI";
 #else
-  KolorunProcess p({"-np", "2", KOLO_MPI_IDLE});
+  KolorunProcess p({"--mpi", "-np", "2", KOLO_MPI_IDLE});
   ASSERT_TRUE(p.wait_for_lines("ready", 2, 20)) << p.out();
   std::vector<std::string> segments;
   for (const auto& line : lines_of(p.out())) {
@@ -392,7 +395,7 @@ TEST(Kolorun, AKilledMpirunLeavesNoSharedMemoryFiles) {
 }
 
 TEST(Kolorun, HelpListsEveryVariableWithItsDefault) {
-  RunResult r = run_kolorun({"--help"});
+  RunResult r = run_kolorun({"--mpi", "--help"});
   ASSERT_EQ(r.status, 0) << r.err;
   for (const auto* table : {&core::config_options(), &core::launcher_variables()}) {
     for (const auto& v : *table) {
@@ -412,8 +415,8 @@ TEST(Kolorun, RunsTheWorkersAHostfileAllows) {
     std::ofstream f(path);
     f << "# this machine\nlocalhost slots=3\n";
   }
-  RunResult r =
-      run_kolorun({"-np", "3", "--hostfile", path, "sh", "-c", "echo $KOLO_RANK $KOLO_LOCAL_SIZE"});
+  RunResult r = run_kolorun(
+      {"--mpi", "-np", "3", "--hostfile", path, "sh", "-c", "echo $KOLO_RANK $KOLO_LOCAL_SIZE"});
   std::remove(path.c_str());
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 0) << r.err;
@@ -422,7 +425,7 @@ TEST(Kolorun, RunsTheWorkersAHostfileAllows) {
 }
 
 TEST(Kolorun, MoreWorkersThanSlotsIsAClearError) {
-  RunResult r = run_kolorun({"-np", "3", "-H", "localhost:2", "true"});
+  RunResult r = run_kolorun({"--mpi", "-np", "3", "-H", "localhost:2", "true"});
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "-np 3 needs 3 slots but -H localhost:2 has 2")) << r.err;
 }
@@ -435,10 +438,10 @@ TEST(Kolorun, RefusesMoreWorkersThanTheOpenFileLimitAllows) {
   struct rlimit low = saved;
   low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);  // kolorun inherits it
-  RunResult r = run_kolorun({"-np", "60", "true"}, 20);
+  RunResult r = run_kolorun({"--mpi", "-np", "60", "true"}, 20);
   // Under the low limit too, so that without the check mpirun would stop after a few
   // dozen workers instead of starting thousands.
-  RunResult huge = run_kolorun({"-np", "100000", "true"}, 20);
+  RunResult huge = run_kolorun({"--mpi", "-np", "100000", "true"}, 20);
   ::setrlimit(RLIMIT_NOFILE, &saved);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 2) << r.err;
@@ -452,7 +455,8 @@ TEST(Kolorun, RefusesMoreWorkersThanTheOpenFileLimitAllows) {
 }
 
 TEST(Kolorun, DryRunPrintsTheMpirunCommandWithTheHosts) {
-  RunResult r = run_kolorun({"--dry-run", "-np", "4", "-H", "a:2,b:2", "./train", "--lr", "0.1"});
+  RunResult r =
+      run_kolorun({"--mpi", "--dry-run", "-np", "4", "-H", "a:2,b:2", "./train", "--lr", "0.1"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "mpirun ")) << r.out;
   EXPECT_TRUE(contains(r.out, " -np 4 ")) << r.out;
@@ -463,7 +467,7 @@ TEST(Kolorun, DryRunPrintsTheMpirunCommandWithTheHosts) {
 }
 
 TEST(Kolorun, AProgramThatCannotRunFailsTheWorker) {
-  RunResult r = run_kolorun({"-np", "2", "--grace-seconds", "1", "/nonexistent/prog"});
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "--grace-seconds", "1", "/nonexistent/prog"});
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 127) << r.err;
   EXPECT_TRUE(contains(r.err, "cannot run '/nonexistent/prog'")) << r.err;
@@ -471,20 +475,20 @@ TEST(Kolorun, AProgramThatCannotRunFailsTheWorker) {
 }
 
 TEST(Kolorun, WithoutMpirunItSaysWhatToInstall) {
-  RunResult r = run_kolorun({"-np", "2", "true"}, 30, {{"PATH", "/nonexistent"}});
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "true"}, 30, {{"PATH", "/nonexistent"}});
   EXPECT_NE(r.status, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "'mpirun'")) << r.err;
   EXPECT_TRUE(contains(r.err, "openmpi-bin")) << r.err;
 }
 
 TEST(Kolorun, UsageErrors) {
-  EXPECT_EQ(run_kolorun({"-np", "2"}).status, 2);
-  EXPECT_EQ(run_kolorun({"true"}).status, 2);
-  EXPECT_EQ(run_kolorun({"-np", "0", "true"}).status, 2);
-  RunResult r = run_kolorun({"-np", "1", "-H", "a:2,,b", "true"});
+  EXPECT_EQ(run_kolorun({"--mpi", "-np", "2"}).status, 2);
+  EXPECT_EQ(run_kolorun({"--mpi", "true"}).status, 2);
+  EXPECT_EQ(run_kolorun({"--mpi", "-np", "0", "true"}).status, 2);
+  RunResult r = run_kolorun({"--mpi", "-np", "1", "-H", "a:2,,b", "true"});
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.err, "empty entry")) << r.err;
-  r = run_kolorun({"-np", "1", "-H", "", "true"});  // e.g. -H "$HOSTS" with HOSTS unset
+  r = run_kolorun({"--mpi", "-np", "1", "-H", "", "true"});  // e.g. -H "$HOSTS" with HOSTS unset
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "-H: ")) << r.err;
 }

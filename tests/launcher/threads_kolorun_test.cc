@@ -20,7 +20,7 @@ int count(const std::string& text, const std::string& part) {
 }
 
 TEST(KolorunThreads, UnsetGivesEachWorkerItsShareAndOneNotice) {
-  RunResult r = run_kolorun({"-np", "2", "sh", "-c", "echo threads=$OMP_NUM_THREADS"}, 30,
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "sh", "-c", "echo threads=$OMP_NUM_THREADS"}, 30,
                             {{"OMP_NUM_THREADS", ""}});
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
@@ -31,7 +31,7 @@ TEST(KolorunThreads, UnsetGivesEachWorkerItsShareAndOneNotice) {
 }
 
 TEST(KolorunThreads, TheUsersValueIsLeftAlone) {
-  RunResult r = run_kolorun({"-np", "2", "sh", "-c", "echo threads=$OMP_NUM_THREADS"}, 30,
+  RunResult r = run_kolorun({"--mpi", "-np", "2", "sh", "-c", "echo threads=$OMP_NUM_THREADS"}, 30,
                             {{"OMP_NUM_THREADS", "3"}});
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
@@ -42,14 +42,15 @@ TEST(KolorunThreads, TheUsersValueIsLeftAlone) {
 TEST(KolorunThreads, TheUsersValueTravelsWithTheJob) {
   // Other hosts get only exported variables: kolorun passes the user's value as a KOLO_*
   // one, which the dry-run command shows.
-  RunResult r = run_kolorun({"--dry-run", "-np", "2", "-H", "a:1,b:1", "true"}, 30,
+  RunResult r = run_kolorun({"--mpi", "--dry-run", "-np", "2", "-H", "a:1,b:1", "true"}, 30,
                             {{"OMP_NUM_THREADS", "3"}});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(count(r.out, "-x KOLO_OMP_NUM_THREADS "), 1) << r.out;
 }
 
 TEST(KolorunThreads, DryRunSaysNothing) {
-  RunResult r = run_kolorun({"--dry-run", "-np", "2", "true"}, 30, {{"OMP_NUM_THREADS", ""}});
+  RunResult r =
+      run_kolorun({"--mpi", "--dry-run", "-np", "2", "true"}, 30, {{"OMP_NUM_THREADS", ""}});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(count(r.err, "OMP_NUM_THREADS"), 0) << r.err;
 }

@@ -1,0 +1,166 @@
+// The wrapper ssh runs for a worker on another host (see remote_worker.h).
+#include "launcher/remote_worker.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "launcher/events.h"
+#include "launcher/lines.h"
+#include "launcher/process.h"
+#include "launcher/threads.h"
+#include "launcher/worker_plan.h"
+
+namespace kolo::launcher {
+namespace {
+
+// kolorun writes the header right after ssh starts; ssh's own start-up (keys, a slow
+// DNS) is the only wait.
+constexpr auto kHeaderTimeout = std::chrono::seconds(30);
+constexpr size_t kMaxHeader = 64 * 1024;
+constexpr auto kKillAfter = std::chrono::seconds(2);
+constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+
+void say(const std::string& text) { write_all(2, "kolorun --remote-worker: " + text + "\n"); }
+
+// Reads "NAME=VALUE" lines up to an empty one from stdin into the environment.
+bool read_secrets() {
+  const auto deadline = Clock::now() + kHeaderTimeout;
+  std::string line;
+  size_t total = 0;
+  for (;;) {
+    struct pollfd p = {0, POLLIN, 0};
+    const int r = ::poll(&p, 1, poll_timeout_ms(&deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      say("no job secrets on stdin within 30 s (this mode is for kolorun's ssh sessions)");
+      return false;
+    }
+    char c;
+    const ssize_t n = ::read(0, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || ++total > kMaxHeader) {
+      say("stdin ended (or grew past 64 KiB) before the job secrets did");
+      return false;
+    }
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    if (line.empty()) return true;
+    std::string name, value;
+    if (!parse_secret_line(line, &name, &value)) {
+      say("malformed line in the job secrets on stdin");
+      return false;
+    }
+    ::setenv(name.c_str(), value.c_str(), 1);
+    line.clear();
+  }
+}
+
+int local_size_from_env() {
+  const char* v = std::getenv("KOLO_LOCAL_SIZE");
+  const int n = v ? std::atoi(v) : 1;
+  return n > 0 ? n : 1;
+}
+
+}  // namespace
+
+int run_remote_worker(const std::vector<std::string>& args) {
+  size_t i = 0;
+  if (i < args.size() && args[i] == "--") ++i;
+  if (i >= args.size()) {
+    say("expected -- PROGRAM [ARGS...]");
+    return 2;
+  }
+  const std::vector<std::string> program(args.begin() + static_cast<long>(i), args.end());
+  ::signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = route_signals_to_pipe({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  if (!read_secrets()) return 1;
+  const char* token_env = std::getenv(kTokenVar);
+  const std::string token = token_env ? token_env : "";
+  ::unsetenv(kTokenVar);  // kolorun's and ours: the program does not see it (events.h)
+  set_default_worker_threads(local_size_from_env());
+
+  WorkerExit result;
+  const char* rank = std::getenv("KOLO_RANK");
+  result.rank = rank ? std::atoi(rank) : 0;
+  const char* host = std::getenv(kHostAddrVar);
+  result.host = host ? host : "?";
+
+  Child child;
+  SpawnOptions spawn;
+  spawn.own_process_group = true;
+  spawn.parent_death_signal = SIGKILL;
+  spawn.stdin_from_dev_null = true;
+  if (Status s = spawn_piped(program, spawn, &child); !s.ok()) {
+    say(s.message());
+    result.exit_code = 127;
+    write_all(2, format_exit_event(result, token) + "\n");
+    return 127;
+  }
+  OutputReader output(child.out_fd, child.err_fd);
+  auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
+  auto to_stderr = [](std::string_view line) { write_all(2, std::string(line) + "\n"); };
+  bool exited = false, stopping = false, stdin_open = true;
+  std::optional<Clock::time_point> kill_at, drain_until;
+  auto stop = [&] {
+    if (stopping) return;
+    stopping = true;
+    result.stop = Stop::kByJob;
+    ::kill(-child.pid, SIGTERM);
+    kill_at = Clock::now() + kKillAfter;
+  };
+  while (!exited || (output.open() && Clock::now() < *drain_until)) {
+    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
+    if (stdin_open) fds.push_back({0, POLLIN, 0});
+    output.add_to(&fds);
+    const Clock::time_point* deadline = nullptr;
+    if (exited) {
+      deadline = &*drain_until;
+    } else if (kill_at) {
+      deadline = &*kill_at;
+    }
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms(deadline)) < 0 && errno != EINTR) break;
+    output.service(fds, to_stdout, to_stderr);
+    for (const auto& p : fds) {
+      if (p.fd != 0 || p.revents == 0 || !stdin_open) continue;
+      char buf[256];
+      const ssize_t n = ::read(0, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+        stdin_open = false;  // kolorun is done with this worker, or gone
+        stop();
+      }
+    }
+    for (const auto& e : read_signal_events(signal_fd)) {
+      if (e.signal != SIGCHLD) stop();
+    }
+    int status = 0;
+    if (!exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      exited = true;
+      drain_until = Clock::now() + (stopping ? kKillAfter / 8 : kDrainAfterExit);
+      if (WIFSIGNALED(status)) {
+        result.signal = WTERMSIG(status);
+      } else {
+        result.exit_code = shell_status(status);
+      }
+    }
+    if (!exited && kill_at && Clock::now() >= *kill_at) {
+      ::kill(-child.pid, SIGKILL);
+      kill_at.reset();
+    }
+  }
+  output.finish(to_stdout, to_stderr);
+  ::kill(-child.pid, SIGKILL);  // whatever the program left in its group
+  write_all(2, format_exit_event(result, token) + "\n");
+  return result.status();
+}
+
+}  // namespace kolo::launcher
