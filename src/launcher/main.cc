@@ -8,6 +8,7 @@
 // layout.h, mpirun_command.h and worker_plan.h.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -110,6 +111,21 @@ std::vector<std::string> this_host_names() {
   if (const size_t dot = name.find('.'); dot != std::string::npos) {
     names.push_back(name.substr(0, dot));
   }
+  // And the addresses of its interfaces: -H 10.77.0.1:2 names this host too.
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr) continue;
+      const int family = i->ifa_addr->sa_family;
+      if (family != AF_INET && family != AF_INET6) continue;
+      char host[NI_MAXHOST];
+      const socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      if (::getnameinfo(i->ifa_addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) {
+        names.emplace_back(host);
+      }
+    }
+    ::freeifaddrs(list);
+  }
   return names;
 }
 
@@ -177,6 +193,8 @@ std::string current_dir() {
 struct OwnLaunch {
   bool dry_run = false;
   std::string rendezvous_addr;  // --rendezvous-addr, "" = choose
+  int ssh_port = 0;             // --ssh-port (0: KOLO_SSH_PORT or ssh's default)
+  std::string ssh_identity_file, ssh_config;
 };
 
 // kolorun's own launcher: the job's store, then every worker (job.h).
@@ -198,6 +216,10 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
     }
     in.ssh_port = static_cast<int>(port);
   }
+  if (own.ssh_port > 0) in.ssh_port = own.ssh_port;
+  if (!own.ssh_identity_file.empty())
+    in.ssh_options.insert(in.ssh_options.end(), {"-i", own.ssh_identity_file});
+  if (!own.ssh_config.empty()) in.ssh_options.insert(in.ssh_options.end(), {"-F", own.ssh_config});
   std::string host = "127.0.0.1";
   if (!one_host) {
     if (auto chosen = launcher::rendezvous_host(request.hosts, names, own.rendezvous_addr)) {
@@ -280,7 +302,8 @@ int main(int argc, char** argv) {
     if (a == "-np") a = "--np";
     if (a.rfind("-np=", 0) == 0) a = "-" + a;
     if (a == "-n" || a == "--np" || a == "-H" || a == "--hosts" || a == "--hostfile" ||
-        a == "--grace-seconds" || a == "--rendezvous-addr") {
+        a == "--grace-seconds" || a == "--rendezvous-addr" || a == "--ssh-port" ||
+        a == "--ssh-identity-file" || a == "--ssh-config") {
       ++i;  // the option's value
     }
   }
@@ -293,7 +316,8 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(28);
 
   int np = 0;
-  std::string host_list, hostfile, rendezvous_addr;
+  std::string host_list, hostfile, rendezvous_addr, ssh_identity_file, ssh_config;
+  int ssh_port = 0;
   bool use_mpi = false, dry_run = false;
   double grace_seconds = 5;
   app.add_option("-n,--np", np, "number of workers, also spelled -np (required, no default; >= 1)")
@@ -314,6 +338,18 @@ int main(int argc, char** argv) {
                  "at (default: this host's name in -H, else the address of the interface "
                  "towards the first other host)")
       ->type_name("ADDR");
+  app.add_option("--ssh-port", ssh_port,
+                 "the port ssh connects to on other hosts (default: KOLO_SSH_PORT, else ssh's "
+                 "own)")
+      ->check(CLI::Range(1, 65535))
+      ->type_name("PORT");
+  app.add_option("--ssh-identity-file", ssh_identity_file,
+                 "the private key ssh uses for other hosts (ssh -i; default: ssh's own)")
+      ->type_name("FILE");
+  app.add_option("--ssh-config", ssh_config,
+                 "the ssh client configuration file for other hosts (ssh -F; default: ssh's "
+                 "own)")
+      ->type_name("FILE");
   app.add_option("--grace-seconds", grace_seconds,
                  "after the first worker fails, how long the others get to finish or report "
                  "their own errors before they are stopped (default: 5)")
@@ -368,6 +404,9 @@ int main(int argc, char** argv) {
     OwnLaunch own;
     own.dry_run = dry_run;
     own.rendezvous_addr = rendezvous_addr;
+    own.ssh_port = ssh_port;
+    own.ssh_identity_file = ssh_identity_file;
+    own.ssh_config = ssh_config;
     return run_own(request, own);
   }
 

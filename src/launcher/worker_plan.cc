@@ -48,7 +48,8 @@ std::vector<WorkerPlan> plan_workers(const LaunchRequest& request, const PlanInp
         p.argv = request.program;
       } else {
         p.argv = ssh_argv(host, in.ssh_port,
-                          remote_shell_command(in.cwd, p.vars, in.self_exe, request.program));
+                          remote_shell_command(in.cwd, p.vars, in.self_exe, request.program),
+                          in.ssh_options);
       }
       plans.push_back(std::move(p));
     }
@@ -67,9 +68,11 @@ std::string remote_shell_command(const std::string& cwd,
   return "cd " + shell_join({cwd}) + " && exec " + shell_join(words);
 }
 
-std::vector<std::string> ssh_argv(const std::string& host, int port, const std::string& command) {
+std::vector<std::string> ssh_argv(const std::string& host, int port, const std::string& command,
+                                  const std::vector<std::string>& options) {
   std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes"};
   if (port > 0) argv.insert(argv.end(), {"-p", std::to_string(port)});
+  argv.insert(argv.end(), options.begin(), options.end());
   // "--": a host name is never read as an option (hosts.h refuses a leading '-' too).
   argv.insert(argv.end(), {"--", host, command});
   return argv;

@@ -36,7 +36,9 @@ struct PlanInputs {
   // rendezvous_addr, usually); a one-host job uses 127.0.0.1.
   std::string this_host_addr = "127.0.0.1";
   int ssh_port = 0;  // 0: ssh's default (or its config)
-  int cores = 1;     // this host's usable cores, for OMP_NUM_THREADS (threads.h)
+  // More ssh arguments before the host (--ssh-identity-file, --ssh-config): "-i", F, ...
+  std::vector<std::string> ssh_options;
+  int cores = 1;  // this host's usable cores, for OMP_NUM_THREADS (threads.h)
 };
 
 struct WorkerPlan {
@@ -61,9 +63,11 @@ std::string remote_shell_command(const std::string& cwd,
                                  const std::string& self_exe,
                                  const std::vector<std::string>& program);
 
-// ssh's argv: ssh -o BatchMode=yes [-p PORT] -- HOST COMMAND. No -tt: the remote side
-// ends its worker when its stdin (a pipe from kolorun) closes (remote_worker.h).
-std::vector<std::string> ssh_argv(const std::string& host, int port, const std::string& command);
+// ssh's argv: ssh -o BatchMode=yes [-p PORT] [OPTIONS...] -- HOST COMMAND. No -tt: the
+// remote side ends its worker when its stdin (a pipe from kolorun) closes
+// (remote_worker.h).
+std::vector<std::string> ssh_argv(const std::string& host, int port, const std::string& command,
+                                  const std::vector<std::string>& options = {});
 
 // What kolorun writes to a remote worker's stdin before anything else: the secrets,
 // which must not appear on any command line (other users see argv in ps), one

@@ -107,6 +107,12 @@ TEST(WorkerPlan, TheSshPortIsPassed) {
       (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-p", "2222", "--", "b", "true"}));
 }
 
+TEST(WorkerPlan, SshOptionsComeBeforeTheHost) {
+  EXPECT_EQ(ssh_argv("b", 0, "true", {"-i", "/k/id", "-F", "/k/cfg"}),
+            (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-i", "/k/id", "-F", "/k/cfg",
+                                      "--", "b", "true"}));
+}
+
 TEST(WorkerPlan, RemoteCommandQuotesEveryWord) {
   const std::string cmd =
       remote_shell_command("/a b/'c'", {{"KOLO_X", "a b;rm -rf /"}, {"KOLO_Y", "$(id)"}},
