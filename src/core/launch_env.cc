@@ -4,7 +4,6 @@
 
 #include <climits>
 #include <cstdlib>
-#include <map>
 
 #include "common/logging.h"
 
@@ -77,8 +76,9 @@ void set_store(const std::string& host, int port, bool hosts, LaunchEnv* e) {
   e->store_port = port;
   e->hosts_store = hosts;
   const bool v6 = host.find(':') != std::string::npos;
-  if (hosts)
+  if (hosts) {
     e->store_bind = is_loopback_host(host) ? (v6 ? "::1" : "127.0.0.1") : (v6 ? "::" : "0.0.0.0");
+  }
 }
 
 // KOLO_RENDEZVOUS_ADDR as host and port; kInvalidArgument naming it when malformed.
