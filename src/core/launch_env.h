@@ -68,7 +68,7 @@ struct LaunchEnv {
 //   2. OMPI_COMM_WORLD_* (OpenMPI's mpirun)
 //   3. PMI_RANK/PMI_SIZE (MPICH's hydra)
 //   4. TF_CONFIG with a non-empty cluster
-//   5. RANK/WORLD_SIZE with MASTER_ADDR/MASTER_PORT (torch.distributed's env://)
+//   5. RANK or WORLD_SIZE, with MASTER_ADDR/MASTER_PORT (torch.distributed's env://)
 //   6. SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun): a store job when
 //      KOLO_RENDEZVOUS_ADDR, or else MASTER_ADDR and MASTER_PORT, name a store, which task
 //      0 hosts; without them an MPI job, as before.
