@@ -58,7 +58,8 @@ void init() {
   core::Config config;
   core::parse_config(env, &config).throw_if_error();
   log::set_level(config.log_level);
-  const core::LaunchEnv launch = core::detect_launch_env(env);
+  core::LaunchEnv launch;
+  core::detect_launch_env(env, &launch).throw_if_error();
   log::set_rank(launch.rank);
 
   std::string transport = config.transport;

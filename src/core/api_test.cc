@@ -28,8 +28,8 @@ void expect_not_initialized(const std::function<void()>& f) {
 }
 
 TEST(ApiTest, EveryOperationBeforeInitAndAfterShutdownFailsClearly) {
-  for (const char* v :
-       {"KOLO_RANK", "KOLO_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+  for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "TF_CONFIG",
+                        "RANK", "WORLD_SIZE", "SLURM_NTASKS"})
     unsetenv(v);
   std::vector<float> x(3, 1.0f);
   auto all_ops = [&] {

@@ -156,6 +156,17 @@ struct Text {
   std::string accepts() const { return ""; }
 };
 
+// A secret (the job's rendezvous secret): any text, like Text, but the help never shows a
+// value (not even a default), and a parse cannot fail, so no error message repeats it.
+struct Secret {
+  Status parse(const char*, const std::string& text, std::string* out) const {
+    *out = text;
+    return Status::OK();
+  }
+  std::string format(const std::string&) const { return ""; }
+  std::string accepts() const { return ""; }
+};
+
 // One line of options.def, ready to use: its help row (whose strings it owns) and its parse.
 struct Option {
   const char* name;

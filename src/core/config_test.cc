@@ -32,6 +32,28 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.transport, "auto");
   EXPECT_EQ(c.fusion_threshold_bytes, 64 << 20);
   EXPECT_EQ(c.shm, "auto");
+  // Start-up (docs/startup.md): five minutes for every task to arrive, as torch's store.
+  EXPECT_EQ(c.start_timeout_seconds, 300.0);
+  EXPECT_EQ(c.rendezvous_addr, "");
+  EXPECT_EQ(c.rendezvous_secret, "");
+  EXPECT_EQ(c.host_addr, "");
+  EXPECT_EQ(c.gloo_iface, "");
+}
+
+TEST(ConfigTest, StartUpOptions) {
+  const Config c = parse_ok({{"KOLO_RENDEZVOUS_ADDR", "10.0.0.1:29500"},
+                             {"KOLO_RENDEZVOUS_SECRET", "a b\x01"},
+                             {"KOLO_START_TIMEOUT_SECONDS", "2.5"},
+                             {"KOLO_HOST_ADDR", "10.0.0.2"},
+                             {"KOLO_GLOO_IFACE", "eth1"}});
+  EXPECT_EQ(c.rendezvous_addr, "10.0.0.1:29500");
+  EXPECT_EQ(c.rendezvous_secret, "a b\x01");
+  EXPECT_EQ(c.start_timeout_seconds, 2.5);
+  EXPECT_EQ(c.host_addr, "10.0.0.2");
+  EXPECT_EQ(c.gloo_iface, "eth1");
+  Config d;
+  EXPECT_EQ(parse_config({{"KOLO_START_TIMEOUT_SECONDS", "0"}}, &d).message(),
+            "KOLO_START_TIMEOUT_SECONDS=0 is not valid: expected a number in [0.001, 604800]");
 }
 
 TEST(ConfigTest, EmptyAndUnrelatedVariablesKeepDefaults) {
@@ -232,7 +254,7 @@ TEST(ConfigTest, HelpRowsComeFromTheDeclarations) {
     EXPECT_GT(std::string(o.doc).size(), 10u) << o.name;
   }
   EXPECT_EQ(listed, declared);
-  EXPECT_EQ(listed.size(), 17u);
+  EXPECT_EQ(listed.size(), 22u);
 }
 
 // What each kind of option accepts, as the help says it and as its error message says it
@@ -309,6 +331,14 @@ TEST(ConfigTest, ProcessEnvSplitsAtFirstEquals) {
   ASSERT_NE(it, env.end());
   EXPECT_EQ(it->second, "a=b=c");
   EXPECT_EQ(process_env().count("KOLO_CONFIG_TEST_VAR"), 0u);
+}
+
+// The job secret's help row shows no value, and says kolo never prints it.
+TEST(ConfigTest, SecretHelpRowShowsNoValue) {
+  const OptionDoc* secret = find_option(config_options(), "KOLO_RENDEZVOUS_SECRET");
+  ASSERT_NE(secret, nullptr);
+  EXPECT_STREQ(secret->default_value, "");
+  EXPECT_NE(std::string(secret->doc).find("never prints"), std::string::npos) << secret->doc;
 }
 
 }  // namespace

@@ -1,0 +1,246 @@
+// open_job_store and join_job: the job's TCP store (server on the hosting process, a
+// client everywhere) and the start-up barrier, with errors that name tasks the way the
+// user started them (TF_CONFIG names, MASTER_PORT, ...) and say what to do.
+#include "core/job_store.h"
+
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/format.h"
+#include "common/logging.h"
+#include "rendezvous/tcp_store.h"
+
+namespace kolo::core {
+namespace {
+
+std::string address(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string store_address(const LaunchEnv& launch) {
+  return address(launch.store_host, launch.store_port);
+}
+
+std::string seconds_text(double s) { return number_string(s) + " s"; }
+
+// How long a hosting task that gave up serves on so that the others read why (they are
+// all waiting, so they read it within milliseconds).
+constexpr double kTellTheOthersSeconds = 2;
+
+// Where the store's address came from, for "choose another port" hints.
+std::string address_source(const LaunchEnv& launch) {
+  if (launch.launcher == "tf_config") return "TF_CONFIG: rank 0's address";
+  if (launch.launcher == "torch") return "MASTER_ADDR and MASTER_PORT";
+  if (launch.launcher == "slurm") return "KOLO_RENDEZVOUS_ADDR (or MASTER_ADDR and MASTER_PORT)";
+  return "KOLO_RENDEZVOUS_ADDR";
+}
+
+// What a task that cannot reach, or is refused by, a store without a secret should do.
+std::string secret_hint(const LaunchEnv& launch) {
+  if (!launch.secret.empty() || is_loopback_host(launch.store_host)) return "";
+  return "; no KOLO_RENDEZVOUS_SECRET is set, so the store accepts only processes on its own "
+         "host: for a job across hosts, set KOLO_RENDEZVOUS_SECRET to the same value in every "
+         "task";
+}
+
+// How each kind of job's tasks must have been started, for "never arrived".
+std::string start_hint(const LaunchEnv& launch) {
+  const std::string store = "the store at " + store_address(launch);
+  if (launch.launcher == "tf_config") {
+    return "check that every task was started with the same TF_CONFIG cluster (and its own "
+           "\"task\") and can reach " +
+           store;
+  }
+  if (launch.launcher == "torch") {
+    return "check that every rank was started with WORLD_SIZE=" + std::to_string(launch.size) +
+           ", its own RANK, and MASTER_ADDR:MASTER_PORT = " + store_address(launch);
+  }
+  if (launch.launcher == "slurm") {
+    return "check that srun started " + std::to_string(launch.size) +
+           " tasks (SLURM_NTASKS) and that each can reach " + store;
+  }
+  return "kolorun started every rank: its output says why a rank did not start";
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+std::string arrived_key(int rank) { return "start/arrived/" + std::to_string(rank); }
+std::string aborted_key(int rank) { return "start/aborted/" + std::to_string(rank); }
+// Why start-up failed, set by the hosting task when it gives up.
+constexpr const char* kFailedKey = "start/failed";
+
+// The hosting task gave up: its process is about to exit and take the store with it, so
+// the tasks that did arrive would only see a lost connection. It publishes why, wakes
+// their waits by setting the missing ranks' keys (unless a late task claims one first:
+// then that task fails too), and serves on until each has read the reason (bounded).
+void tell_the_others(rendezvous::Store& store, const std::string& why,
+                     const std::vector<int>& missing, const std::vector<int>& arrived, int me) {
+  if (!store.set(kFailedKey, why).ok()) return;
+  for (int r : missing) {
+    std::string actual;
+    if (!store.compare_set(arrived_key(r), "", "(start-up failed)", &actual).ok()) return;
+  }
+  std::vector<std::string> acks;
+  for (int r : arrived) {
+    if (r != me) acks.push_back(aborted_key(r));
+  }
+  (void)store.wait(acks, deadline_after(kTellTheOthersSeconds));  // best effort
+}
+
+// "worker 1 (h:1), worker 2 (h:2)"; past 8, "... and 5 more".
+std::string names(const LaunchEnv& launch, const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i) {
+    s += (i ? ", " : "") + launch.rank_name(ranks[i]);
+  }
+  if (ranks.size() > 8) s += " and " + std::to_string(ranks.size() - 8) + " more";
+  return s;
+}
+
+}  // namespace
+
+Status open_job_store(const LaunchEnv& launch, const Config& config, JobStore* out) {
+  if (!launch.uses_store()) {
+    return InvalidArgument("open_job_store: " + launch.launcher +
+                           " started this process without a store address (an MPI job or a "
+                           "single process); see docs/startup.md");
+  }
+  JobStore job;
+  const std::string me = launch.rank_name(launch.rank);
+  if (launch.hosts_store) {
+    rendezvous::TcpStoreServerOptions server;
+    server.host = launch.store_bind;
+    server.port = launch.store_port;
+    server.secret = launch.secret;
+    const Status s = rendezvous::TcpStoreServer::start(server, &job.server);
+    if (!s.ok()) {
+      std::string why = "start-up: " + me + " hosts the job's store on port " +
+                        std::to_string(launch.store_port) + " (from " + address_source(launch) +
+                        ") but cannot listen there: " + s.message() +
+                        "; is another program, or an earlier run of this job, using the port? "
+                        "Give the job a free port";
+      if (launch.launcher == "torch") {
+        why +=
+            " (a launcher that serves its own store on MASTER_PORT, as torchrun's agent may, "
+            "cannot share it with kolo)";
+      }
+      return Status(s.code(), why);
+    }
+    KOLO_LOG(kInfo, "start") << me << " hosts the job's store on "
+                             << address(launch.store_bind, job.server->port());
+  }
+  rendezvous::TcpStoreOptions client;
+  // The hosting process reaches its own server through loopback: a server without a
+  // secret refuses its host's external address.
+  client.host = !launch.hosts_store                                ? launch.store_host
+                : launch.store_bind.find(':') == std::string::npos ? "127.0.0.1"
+                                                                   : "::1";
+  client.port = launch.store_port;
+  client.secret = launch.secret;
+  client.connect_timeout_s = config.start_timeout_seconds;
+  std::unique_ptr<rendezvous::TcpStore> store;
+  const Status s = rendezvous::TcpStore::connect(client, &store);
+  if (!s.ok()) {
+    std::string why = "start-up: " + me + " cannot use the job's store at " +
+                      store_address(launch) + " (hosted by " + launch.store_owner() + ", from " +
+                      address_source(launch) + "): " + s.message();
+    if (s.code() == ErrorCode::kPeerFailure) {
+      why += "; KOLO_START_TIMEOUT_SECONDS=" + number_string(config.start_timeout_seconds) +
+             " bounds the wait for " + launch.store_owner() + " to start";
+    }
+    return Status(s.code(), why + secret_hint(launch));
+  }
+  job.store = std::move(store);
+  *out = std::move(job);
+  return Status::OK();
+}
+
+Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) {
+  const Deadline deadline = deadline_after(start_timeout_s);
+  rendezvous::Store& store = *job.store;
+  const std::string me = launch.rank_name(launch.rank);
+  const auto failed_already = [&](Status* out) {
+    std::string why;
+    bool found = false;
+    KOLO_RETURN_IF_ERROR(store.try_get(kFailedKey, &why, &found));
+    if (found) *out = PeerFailure(why + " (reported by " + launch.store_owner() + ")");
+    return Status::OK();
+  };
+
+  // A task that comes after start-up failed is told so.
+  Status failed;
+  KOLO_RETURN_IF_ERROR(failed_already(&failed));
+  if (!failed.ok()) return failed;
+  // Every task must agree on the size of the job: the first to arrive sets it.
+  const std::string size = std::to_string(launch.size);
+  std::string actual;
+  KOLO_RETURN_IF_ERROR(store.compare_set("start/size", "", size, &actual));
+  if (actual != size) {
+    return InvalidArgument("start-up: " + me + " was started for a job of " + size +
+                           " tasks, but a task that arrived before it was started for " + actual +
+                           "; " + start_hint(launch));
+  }
+  // One process per rank: a second claim means two tasks were started as the same one.
+  const std::string claim = host_name() + " pid " + std::to_string(::getpid());
+  KOLO_RETURN_IF_ERROR(store.compare_set(arrived_key(launch.rank), "", claim, &actual));
+  if (actual != claim) {
+    return InvalidArgument("start-up: " + me + " was already claimed by another process (" +
+                           actual + "): two processes were started as rank " +
+                           std::to_string(launch.rank) + "; " + start_hint(launch));
+  }
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < launch.size; ++r) keys.push_back(arrived_key(r));
+  const Status waited = store.wait(keys, deadline);
+  if (waited.ok()) {
+    // Every key exists: all arrived, or the hosting task gave up and set the missing
+    // keys to wake everyone (then kFailedKey says why).
+    KOLO_RETURN_IF_ERROR(failed_already(&failed));
+    if (!failed.ok()) {
+      (void)store.set(aborted_key(launch.rank), "1");  // the host may stop serving now
+      return failed;
+    }
+    KOLO_LOG(kDebug, "start") << me << ": all " << launch.size << " tasks arrived";
+    return Status::OK();
+  }
+  if (waited.code() != ErrorCode::kPeerFailure) return waited;
+  // The host may have given up at the same moment (it set the missing keys, so they
+  // cannot tell who arrived).
+  if (failed_already(&failed).ok() && !failed.ok()) {
+    (void)store.set(aborted_key(launch.rank), "1");
+    return failed;
+  }
+  // Which ranks never arrived (the store's own message names keys, not tasks).
+  std::vector<int> missing, arrived;
+  for (int r = 0; r < launch.size; ++r) {
+    std::string value;
+    bool found = false;
+    const Status s = store.try_get(keys[r], &value, &found);
+    if (!s.ok()) {
+      return Status(s.code(), "start-up: " + me + " lost the job's store (hosted by " +
+                                  launch.store_owner() +
+                                  ") while waiting for the other tasks: " + s.message());
+    }
+    (found ? arrived : missing).push_back(r);
+  }
+  if (missing.empty()) return Status::OK();  // the last one arrived at the deadline
+  const std::string why = "start-up timed out after " + seconds_text(start_timeout_s) +
+                          " (KOLO_START_TIMEOUT_SECONDS): " + names(launch, missing) +
+                          " never arrived; " + start_hint(launch) + secret_hint(launch);
+  if (job.server) {
+    tell_the_others(store, why, missing, arrived, launch.rank);
+  } else {
+    (void)store.set(aborted_key(launch.rank), "1");  // the host need not wait for this one
+  }
+  return PeerFailure(why);
+}
+
+}  // namespace kolo::core
