@@ -5,8 +5,10 @@
 #include <memory>
 #include <mutex>
 
+#include "common/deadline.h"
 #include "common/logging.h"
 #include "core/config.h"
+#include "core/job_store.h"
 #include "core/launch_env.h"
 #include "core/ops.h"
 #include "core/runtime.h"
@@ -63,21 +65,34 @@ void init() {
   log::set_rank(launch.rank);
 
   std::string transport = config.transport;
-  if (transport == "auto") transport = launch.size > 1 ? "mpi" : "local";
+  if (transport == "auto") transport = core::auto_transport(launch);
   config.transport = transport;
   const transport::TransportFactory* t = transport::find_transport(transport);
   if (!t) {
     throw Error(ErrorCode::kUnsupported,
-                "this kolo build has no '" + transport +
-                    "' transport (install libopenmpi-dev and rebuild for MPI)");
+                "kolo::init() failed: this kolo build has no '" + transport +
+                    "' transport (install libopenmpi-dev for mpi or libgloo-dev for gloo, and "
+                    "rebuild)");
   }
-  const transport::TransportContext context = core::transport_context(config, launch);
+  transport::TransportContext context = core::transport_context(config, launch);
+  // A job that meets through a store (kolorun, TF_CONFIG, torch-style, Slurm with an
+  // address): open it (rank 0 of a job without kolorun hosts it) and wait, bounded, for
+  // every task. The factory keeps it, so it lives as long as the runtime (job_store.h).
+  std::shared_ptr<core::JobStore> job;
+  if (launch.uses_store() && launch.size > 1) {
+    job = std::make_shared<core::JobStore>();
+    Status s = core::open_job_store(launch, config, job.get());
+    if (s.ok()) s = core::join_job(*job, launch, config.start_timeout_seconds);
+    if (!s.ok()) throw Error(s.code(), "kolo::init() failed: " + s.message());
+    context.store = job->store;
+  }
+  context.deadline = deadline_after(config.start_timeout_seconds);
   std::string why;
   if (!t->available(context, &why)) {
     throw Error(ErrorCode::kInvalidArgument, "kolo::init() failed: " + why);
   }
   core::Runtime::CommunicatorFactory factory =
-      [t, context](std::unique_ptr<transport::Communicator>* out) {
+      [t, context, job](std::unique_ptr<transport::Communicator>* out) {
         return transport::create_communicator(*t, context, out);
       };
   auto runtime = std::make_shared<core::Runtime>(config, factory);

@@ -337,6 +337,8 @@ transport::TransportContext transport_context(const Config& config, const Launch
   context.size = launch.size;
   context.local_rank = launch.local_rank;
   context.local_size = launch.local_size;
+  context.host_addr = config.host_addr;
+  context.gloo_iface = config.gloo_iface;
   return context;
 }
 
