@@ -14,10 +14,13 @@ set(KOLO_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kolo)
 set_target_properties(kolo PROPERTIES EXPORT_NAME kolo)
 
 # Every archive below kolo::kolo: they are static, so the program links each of them.
-set(kolo_internal_libraries kolo_common kolo_config kolo_transport kolo_transport_shm
-                            kolo_transport_hier kolo_transports kolo_core)
+set(kolo_internal_libraries kolo_common kolo_config kolo_rendezvous kolo_transport
+                            kolo_transport_shm kolo_transport_hier kolo_transports kolo_core)
 if(TARGET kolo_transport_mpi)
   list(APPEND kolo_internal_libraries kolo_transport_mpi)
+endif()
+if(TARGET kolo_transport_gloo)
+  list(APPEND kolo_internal_libraries kolo_transport_gloo)
 endif()
 install(TARGETS ${kolo_internal_libraries} kolo kolorun
         EXPORT koloTargets
@@ -37,6 +40,11 @@ if(TARGET kolo_torch)
 else()
   set(kolo_header_excludes PATTERN torch.h EXCLUDE)
   set(KOLO_PACKAGE_WITH_TORCH FALSE)
+endif()
+if(TARGET kolo_transport_gloo)
+  set(KOLO_PACKAGE_WITH_GLOO TRUE)
+else()
+  set(KOLO_PACKAGE_WITH_GLOO FALSE)
 endif()
 if(TARGET kolo_transport_mpi)
   set(KOLO_PACKAGE_WITH_MPI TRUE)
