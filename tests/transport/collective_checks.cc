@@ -386,8 +386,8 @@ int run_checks(Communicator* comm, const char* program) {
   const Status s = comm->control_and(ok, soon());
   if (t.rank == 0) {
     const bool pass = s.ok() && ok[0] == 1;
-    std::printf("%s: %s (%d cases per rank, %d ranks, %.1f s)\n",
-                program, pass ? "ALL PASS" : "FAILED", check.total_cases(), t.size, elapsed);
+    std::printf("%s: %s (%d cases per rank, %d ranks, %.1f s)\n", program,
+                pass ? "ALL PASS" : "FAILED", check.total_cases(), t.size, elapsed);
   }
   return check.failures() == 0 && s.ok() ? 0 : 1;
 }

@@ -20,8 +20,8 @@ int run_checks(Communicator* comm, const char* program);
 
 // What a kill test expects of the transport.
 struct KillExpect {
-  double min_seconds = 0;  // the survivors' failure takes at least this long
-  double max_seconds = 5;  // and at most this long
+  double min_seconds = 0;          // the survivors' failure takes at least this long
+  double max_seconds = 5;          // and at most this long
   bool names_in_allreduce = true;  // the data plane names the rank that left
   bool victim_sigkill = false;     // the victim SIGKILLs itself (else it _exits)
 };
@@ -31,7 +31,6 @@ struct KillExpect {
 // 4 MiB allreduce) with a 2 s deadline and must get kPeerFailure as `expect` says, then
 // fail at once on the next call. Prints "PASS [rank r] kill-test ..." or FAIL per
 // surviving rank; returns the exit code.
-int run_kill_test(Communicator* comm, int victim, const std::string& op,
-                  const KillExpect& expect);
+int run_kill_test(Communicator* comm, int victim, const std::string& op, const KillExpect& expect);
 
 }  // namespace kolo::transport::collective_check

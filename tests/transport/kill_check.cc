@@ -38,8 +38,7 @@ bool names_rank(const std::string& message, int rank) {
 
 }  // namespace
 
-int run_kill_test(Communicator* comm, int victim, const std::string& op,
-                  const KillExpect& expect) {
+int run_kill_test(Communicator* comm, int victim, const std::string& op, const KillExpect& expect) {
   const int rank = comm->rank();
   std::vector<std::uint64_t> words = {~std::uint64_t{0}};
   Status s = comm->control_and(words, soon());

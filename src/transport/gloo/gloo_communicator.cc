@@ -12,6 +12,7 @@
 // watchdog and the notices (gloo_watch.cc).
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,10 @@ Status create_gloo_communicator(const GlooOptions& options,
 
 namespace gloo_impl {
 namespace {
+
+bool listening(const std::vector<std::string>& list, const std::string& a) {
+  return std::find(list.begin(), list.end(), a) != list.end();
+}
 
 std::string this_host() {
   char name[256] = {0};
@@ -86,8 +91,16 @@ Status GlooCommunicator::create_world(const GlooOptions& options,
                            " ranks (test-only: at most one host per rank)");
   }
   if (store == nullptr) {
-    return InvalidArgument("gloo: no rendezvous store (start the job with kolorun, or give "
-                           "it a store: KOLO_RENDEZVOUS_ADDR)");
+    return InvalidArgument(
+        "gloo: no rendezvous store (start the job with kolorun, or give "
+        "it a store: KOLO_RENDEZVOUS_ADDR)");
+  }
+  // gloo writes to its sockets with writev(), which raises SIGPIPE when a peer is gone:
+  // that would kill this process before it could report the peer. Ignore it (unless the
+  // program installed a handler of its own); the write then fails with EPIPE.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
   }
   auto world = std::make_shared<World>();
   world->options = options;
@@ -174,20 +187,24 @@ Status GlooCommunicator::connect(std::shared_ptr<World> world, std::vector<int> 
 
 Status GlooCommunicator::map_sockets(const std::vector<PairSocket>& fresh, Deadline deadline) {
   const int me = topology_.rank, n = topology_.size;
-  // gloo's listening address (one per device, shared by every pair): "ip:port".
-  std::string listen;
-  if (n > 1) {
-    const auto found = addresses_in(context_->getPair(me == 0 ? 1 : 0)->address().str());
-    if (!found.empty()) listen = found.front();
+  // gloo's listening addresses: on Debian's gloo every pair listens on a port of its own
+  // ("ip:port" of pair i, i != me).
+  std::vector<std::string> listens;
+  for (int i = 0; i < n; ++i) {
+    if (i == me) continue;
+    const auto found = addresses_in(context_->getPair(i)->address().str());
+    if (!found.empty()) listens.push_back(found.front());
   }
   std::ostringstream info;
-  info << world_->my_host << "\n" << getpid() << "\n" << listen << "\n";
-  for (const PairSocket& s : fresh) info << s.local << ">" << s.peer << "\n";
+  info << world_->my_host << "\n" << getpid() << "\n";
+  for (const std::string& l : listens) info << "L " << l << "\n";
+  for (const PairSocket& s : fresh) info << "S " << s.local << ">" << s.peer << "\n";
   KOLO_RETURN_IF_ERROR(store_->set("info/" + std::to_string(me), info.str()));
 
   struct Info {
-    std::string host, listen;
+    std::string host;
     int pid = 0;
+    std::vector<std::string> listens;
     std::vector<std::pair<std::string, std::string>> sockets;
   };
   std::vector<Info> infos(static_cast<std::size_t>(n));
@@ -198,26 +215,29 @@ Status GlooCommunicator::map_sockets(const std::vector<PairSocket>& fresh, Deadl
     std::string pid, line;
     std::getline(in, infos[i].host);
     std::getline(in, pid);
-    std::getline(in, infos[i].listen);
     infos[i].pid = std::atoi(pid.c_str());
     while (std::getline(in, line)) {
+      if (line.rfind("L ", 0) == 0) infos[i].listens.push_back(line.substr(2));
       const std::size_t gt = line.find('>');
-      if (gt != std::string::npos) infos[i].sockets.emplace_back(line.substr(0, gt), line.substr(gt + 1));
+      if (line.rfind("S ", 0) == 0 && gt != std::string::npos)
+        infos[i].sockets.emplace_back(line.substr(2, gt - 2), line.substr(gt + 1));
     }
   }
-  // A socket is gloo's when one end is a member's listening address, and it belongs to the
-  // member that holds its other end (the store's connections never touch those ports).
+  // A socket is gloo's when one end is a pair's listening address (the store's
+  // connections never touch those ports), and it belongs to the member that holds its
+  // other end.
   for (PairSocket s : fresh) {
     for (int i = 0; i < n && s.member < 0; ++i) {
       if (i == me) continue;
-      const bool ours = s.peer == infos[i].listen || s.local == listen;
-      if (!ours) continue;
+      if (!listening(listens, s.local) && !listening(infos[i].listens, s.peer)) continue;
       for (const auto& [local, peer] : infos[i].sockets) {
         if (local == s.peer && peer == s.local) s.member = i;
       }
     }
     if (s.member >= 0) sockets_.push_back(s);
   }
+  listens_.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) listens_[i] = i == me ? listens : infos[i].listens;
   if (world_->peers.empty()) {  // the world: remember every rank's process
     world_->peers.resize(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) world_->peers[i] = {infos[i].host, infos[i].pid};
@@ -256,9 +276,9 @@ Status GlooCommunicator::split_by_host(HostGroup group, std::unique_ptr<Communic
       members.push_back(members_[i]);
     }
   }
-  const std::string prefix = prefix_ + "/split" + std::to_string(seq) +
-                             (host ? "/host" + std::to_string(picked.front())
-                                   : "/cross" + std::to_string(all.local_rank));
+  const std::string prefix =
+      prefix_ + "/split" + std::to_string(seq) +
+      (host ? "/host" + std::to_string(picked.front()) : "/cross" + std::to_string(all.local_rank));
   std::unique_ptr<GlooCommunicator> sub(new GlooCommunicator());
   const Deadline deadline = deadline_after(world_->options.timeout_seconds);
   KOLO_RETURN_IF_ERROR(
@@ -301,8 +321,8 @@ Status GlooCommunicator::subset(const std::vector<int>& ranks, std::unique_ptr<C
                                     deadline_after(world_->options.timeout_seconds)));
   // Ranks of one host stay together; the subset's own grouping is not computed (as MPI).
   sub->topology_ = Topology{};
-  sub->topology_.rank = static_cast<int>(
-      std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+  sub->topology_.rank =
+      static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
   sub->topology_.size = static_cast<int>(ranks.size());
   sub->topology_.local_rank = sub->topology_.rank;
   sub->topology_.local_size = sub->topology_.size;
@@ -348,14 +368,18 @@ std::uint64_t GlooCommunicator::next_slot(int n) {
 
 Status GlooCommunicator::fail(const char* op, Clock::time_point start, Deadline deadline,
                               const std::string& gloo_error, const std::string& cause) {
+  // Peers known to be gone explain most failures best; a cause that already says so
+  // (the watchdog's) stands alone.
   std::string why = cause;
-  if (why.empty()) why = gone_peers(/*wait=*/false);
+  const std::string gone = gone_peers(/*wait=*/false);
+  if (!gone.empty() && why.find(gone) == std::string::npos)
+    why = why.empty() ? gone : gone + "; " + why;
   if (why.empty()) {
     // The members whose sockets gloo names, and what they wrote when they failed first.
     std::vector<int> named;
     for (const std::string& a : addresses_in(gloo_error)) {
       for (const PairSocket& s : sockets_) {
-        if ((s.peer == a || s.local == a) &&
+        if ((s.peer == a || s.local == a || listening(listens_[s.member], a)) &&
             std::find(named.begin(), named.end(), s.member) == named.end())
           named.push_back(s.member);
       }
@@ -368,18 +392,18 @@ Status GlooCommunicator::fail(const char* op, Clock::time_point start, Deadline 
         break;
       }
     }
-    if (why.empty() && !named.empty()) {
-      // Its process may still be exiting: look again for a moment before giving up.
+    if (why.empty()) {
+      // A peer's process may still be exiting: look again for a moment.
       const auto until = Clock::now() + std::chrono::milliseconds(300);
       while (why.empty() && Clock::now() < until) {
         why = gone_peers(false);
         if (why.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (why.empty()) why = gone_peers(/*wait=*/true);
-      if (why.empty()) {
-        why = member_name(named.front()) +
-              " closed its connection (its process exited or was killed, or it failed)";
-      }
+    }
+    if (why.empty() && !named.empty()) {
+      why = member_name(named.front()) +
+            " closed its connection (its process exited or was killed, or it failed)";
     }
   }
   if (why.empty()) {

@@ -68,13 +68,18 @@ Status GlooCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline
     while (!remaining.empty()) {
       recv->recv(remaining, slot);
       int from = -1;
+      bool done = false;
+      set_waiting(recv.get());
       try {
-        recv->waitRecv(&from, timeout(deadline));
+        done = recv->waitRecv(&from, timeout(deadline));
       } catch (const std::exception& e) {
+        set_waiting(nullptr);
         if (!is_timeout(e)) throw;
         return PeerFailure(ranks_text(remaining) + " did not take part within " +
                            seconds_text(deadline - start));
       }
+      set_waiting(nullptr);
+      if (!done) return PeerFailure("the wait for " + ranks_text(remaining) + " was aborted");
       for (std::size_t k = 0; k < w; ++k) out[k] &= in[k];
       remaining.erase(std::remove(remaining.begin(), remaining.end(), from), remaining.end());
     }
@@ -129,7 +134,10 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
       while (!remaining.empty()) {
         head->recv(remaining, slot);
         int from = -1;
-        head->waitRecv(&from, timeout(deadline));
+        set_waiting(head.get());
+        const bool done = head->waitRecv(&from, timeout(deadline));
+        set_waiting(nullptr);
+        if (!done) return PeerFailure("the wait for " + ranks_text(remaining) + " was aborted");
         remaining.erase(std::remove(remaining.begin(), remaining.end(), from), remaining.end());
         if (got == 0) continue;
         std::string& text = (*all)[static_cast<std::size_t>(from)];
@@ -140,6 +148,7 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
       remaining.clear();
       for (auto& b : bodies) b->waitRecv(timeout(deadline));
     } catch (const std::exception& e) {
+      set_waiting(nullptr);
       if (!is_timeout(e)) throw;
       if (remaining.empty()) {
         return PeerFailure("a rank did not send its message within " +

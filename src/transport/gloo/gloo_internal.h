@@ -8,6 +8,7 @@
 
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -165,6 +166,7 @@ class GlooCommunicator final : public Communicator {
   std::vector<std::string> hosts_;  // topology host name of each member
   const char* label_ = "gloo";
   std::vector<PairSocket> sockets_;
+  std::vector<std::vector<std::string>> listens_;  // each member's pairs' listening addresses
   Interrupt interrupt_;
   bool broken_ = false;
   std::string broken_reason_;
@@ -173,6 +175,18 @@ class GlooCommunicator final : public Communicator {
   int splits_ = 0;
   std::vector<char> scratch_;
   std::vector<std::uint64_t> words_;
+  // The buffer rank 0 waits on for a message from any rank (gloo_control.cc): such a wait
+  // is the context's, not a pair's, so closing sockets does not end it; the watchdog
+  // aborts it instead. Guarded by waiting_mu_.
+  std::mutex waiting_mu_;
+  ::gloo::transport::UnboundBuffer* waiting_ = nullptr;
+
+ public:
+  // Sets (or clears, with nullptr) the any-source buffer the watchdog may abort.
+  void set_waiting(::gloo::transport::UnboundBuffer* buffer) {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    waiting_ = buffer;
+  }
 };
 
 template <typename Body>
@@ -191,7 +205,7 @@ Status GlooCommunicator::guarded(const char* op, Deadline deadline, Body&& body)
   const std::string cause = world_->watchdog->end();
   if (error.empty() && s.ok()) return s;
   if (error.empty() && s.code() != ErrorCode::kPeerFailure) return s;
-  return fail(op, start, deadline, error, error.empty() ? s.message() : cause);
+  return fail(op, start, deadline, error, cause.empty() ? s.message() : cause);
 }
 
 // Every (dtype, op) through kolo's kernels (common/reduce.h), as gloo's reduce function.
@@ -204,7 +218,8 @@ std::map<unsigned long, int> socket_fds();
 std::string socket_address(int fd, bool peer);
 // Whether process `pid` of this host has exited (gone or a zombie).
 bool process_gone(int pid);
-// The "ip:port" texts in a gloo message, in order.
+// The "ip:port" texts in a gloo message, in order, each also with its port byte-swapped
+// first (Debian's gloo prints ports in network byte order).
 std::vector<std::string> addresses_in(const std::string& text);
 // "rank 2", "ranks 1, 3".
 std::string ranks_text(const std::vector<int>& ranks);

@@ -92,8 +92,7 @@ Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dty
 }
 
 Status GlooCommunicator::allgatherv(const void* send, void* recv,
-                                    const std::vector<std::size_t>& recv_bytes,
-                                    Deadline deadline) {
+                                    const std::vector<std::size_t>& recv_bytes, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check_usable("allgatherv"));
   if (recv_bytes.size() != static_cast<std::size_t>(size())) {
     return InvalidArgument(where("allgatherv") + ": recv_bytes has " +

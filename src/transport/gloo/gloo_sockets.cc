@@ -77,7 +77,16 @@ std::vector<std::string> addresses_in(const std::string& text) {
   std::vector<std::string> out;
   for (auto it = std::sregex_iterator(text.begin(), text.end(), kAddress);
        it != std::sregex_iterator(); ++it) {
-    out.push_back(it->str());
+    // gloo writes IPv4 addresses in brackets too ("[127.0.0.1]:4000"); kolo does not.
+    std::string host = (*it)[1].str();
+    if (host.front() == '[' && host.find(':') == std::string::npos)
+      host = host.substr(1, host.size() - 2);
+    const int port = std::atoi((*it)[2].str().c_str());
+    // Debian's gloo prints ports in network byte order (Address::str() skips ntohs):
+    // 39185 reads as 4505. The byte-swapped form comes first; the text as written after.
+    const int swapped = ((port & 0xff) << 8) | ((port >> 8) & 0xff);
+    out.push_back(host + ":" + std::to_string(swapped));
+    if (swapped != port) out.push_back(host + ":" + std::to_string(port));
   }
   return out;
 }

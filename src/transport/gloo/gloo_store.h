@@ -33,7 +33,8 @@ class GlooStore final : public ::gloo::rendezvous::Store {
   // Blocks until `key` exists (bounded by the deadline).
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
 
   // The first failure (OK while there was none).
   const Status& error() const { return error_; }

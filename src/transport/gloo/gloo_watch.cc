@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "transport/gloo/gloo_internal.h"
@@ -80,9 +81,7 @@ void Watchdog::run() {
   }
 }
 
-bool GlooCommunicator::poll_interrupt(std::string* why) {
-  return interrupt_ && interrupt_(why);
-}
+bool GlooCommunicator::poll_interrupt(std::string* why) { return interrupt_ && interrupt_(why); }
 
 std::string GlooCommunicator::gone_peers(bool wait) {
   const World& w = *world_;
@@ -98,7 +97,8 @@ std::string GlooCommunicator::gone_peers(bool wait) {
   }
   std::string notices;
   if (w.options.launcher_notices) {
-    const Deadline until = Clock::now() + (wait && gone.empty() ? milliseconds(2000) : milliseconds(0));
+    const Deadline until =
+        Clock::now() + (wait && gone.empty() ? milliseconds(2000) : milliseconds(0));
     for (;;) {
       std::string v;
       bool found = false;
@@ -130,6 +130,10 @@ std::string GlooCommunicator::gone_peers(bool wait) {
 }
 
 void GlooCommunicator::shutdown_sockets() {
+  {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    if (waiting_ != nullptr) waiting_->abortWaitRecv();
+  }
   for (const PairSocket& s : sockets_) {
     // gloo may have closed the socket and the kernel given its number to another: check.
     char target[64];
@@ -154,8 +158,8 @@ class GlooNotices final : public FailureNotices {
     if (announced_ || !text_.empty()) return;
     announced_ = true;
     std::string actual;
-    (void)store_->compare_set("notice", "", "rank " + std::to_string(rank_) + " reported: " + message,
-                              &actual);
+    (void)store_->compare_set("notice", "",
+                              "rank " + std::to_string(rank_) + " reported: " + message, &actual);
     // This rank is failing: its peers blocked in gloo with it fail now, not at their deadline.
     std::lock_guard<std::mutex> comms(world_->comms_mu);
     for (GlooCommunicator* c : world_->comms) c->shutdown_sockets();
