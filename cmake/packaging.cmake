@@ -19,6 +19,9 @@ set(kolo_internal_libraries kolo_common kolo_config kolo_rendezvous kolo_transpo
 if(TARGET kolo_transport_mpi)
   list(APPEND kolo_internal_libraries kolo_transport_mpi)
 endif()
+if(TARGET kolo_transport_gloo)
+  list(APPEND kolo_internal_libraries kolo_transport_gloo)
+endif()
 install(TARGETS ${kolo_internal_libraries} kolo kolorun
         EXPORT koloTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -37,6 +40,11 @@ if(TARGET kolo_torch)
 else()
   set(kolo_header_excludes PATTERN torch.h EXCLUDE)
   set(KOLO_PACKAGE_WITH_TORCH FALSE)
+endif()
+if(TARGET kolo_transport_gloo)
+  set(KOLO_PACKAGE_WITH_GLOO TRUE)
+else()
+  set(KOLO_PACKAGE_WITH_GLOO FALSE)
 endif()
 if(TARGET kolo_transport_mpi)
   set(KOLO_PACKAGE_WITH_MPI TRUE)

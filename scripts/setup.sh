@@ -7,7 +7,7 @@
 #                              numpy (the PyTorch DDP and torch.distributed peers, the
 #                              scripts' tables); the bench scripts call this themselves
 set -euo pipefail
-packages=(build-essential cmake libgtest-dev libgmock-dev libbenchmark-dev
+packages=(build-essential cmake libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev zlib1g-dev
           libtorch-dev libopenblas0-openmp dataset-fashion-mnist clang-format)
 bench_packages=(python3 python3-torch python3-numpy)

@@ -1,0 +1,225 @@
+// The Gloo transport's data plane: each Communicator collective on gloo's algorithms.
+//
+//   allreduce      gloo::allreduce (ring over unbound buffers, 1 MiB segments) with kolo's
+//                  reduce kernels as the reduce function, for every dtype and op
+//                  (float16/bfloat16 included: gloo has no bfloat16, and kolo's results
+//                  must be the same bits on every transport)
+//   allgatherv     gloo::allgatherv on bytes
+//   broadcast      gloo::broadcast on bytes
+//   alltoallv      gloo::alltoallv on bytes
+//   reducescatter  Debian's gloo has no reduce-scatter function: an allreduce of the whole
+//                  input in a scratch buffer, then this rank's block is copied out (twice
+//                  the traffic of a real reduce-scatter; a ring over unbound buffers would
+//                  halve it)
+//   barrier        gloo::barrier
+//
+// Every call runs through guarded() (gloo_internal.h): gloo's timeout is the deadline's
+// time left, every exception is caught, and a failure breaks the communicator.
+//
+// Not for: the control plane (gloo_control.cc).
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+
+#include <climits>
+#include <cstring>
+
+#include "common/reduce.h"
+#include "transport/gloo/gloo_internal.h"
+
+namespace kolo::transport::gloo_impl {
+
+void gloo_reduce(void* c, const void* a, const void* b, std::size_t n, DataType dtype,
+                 ReduceOp op) {
+  // Every op kolo has is commutative, bit for bit (IEEE addition and multiplication are),
+  // so c = a op b may fold into whichever operand c already is.
+  if (c == a) {
+    reduce_into(c, b, n, dtype, op);
+  } else if (c == b) {
+    reduce_into(c, a, n, dtype, op);
+  } else {
+    std::memmove(c, a, n * dtype_size(dtype));
+    reduce_into(c, b, n, dtype, op);
+  }
+}
+
+namespace {
+
+// gloo types buffers by their element size only; these stand for every dtype of a size.
+template <typename F>
+void with_element_type(std::size_t element, F&& f) {
+  switch (element) {
+    case 1:
+      f(std::uint8_t{});
+      break;
+    case 2:
+      f(std::uint16_t{});
+      break;
+    case 4:
+      f(std::uint32_t{});
+      break;
+    default:
+      f(std::uint64_t{});
+      break;
+  }
+}
+
+}  // namespace
+
+Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
+                                   Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("allreduce"));
+  if (op == ReduceOp::kAverage) {
+    return InvalidArgument(where("allreduce") +
+                           ": average is not a transport op (the runtime sums, then scales)");
+  }
+  if (count == 0 || size() == 1) return Status::OK();
+  return guarded("allreduce", deadline, [&] {
+    ::gloo::AllreduceOptions opts(context_);
+    with_element_type(dtype_size(dtype), [&](auto type) {
+      opts.setOutput(static_cast<decltype(type)*>(buffer), count);
+    });
+    opts.setReduceFunction([dtype, op](void* c, const void* a, const void* b, std::size_t n) {
+      gloo_reduce(c, a, b, n, dtype, op);
+    });
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout(deadline));
+    ::gloo::allreduce(opts);
+    return Status::OK();
+  });
+}
+
+Status GlooCommunicator::allgatherv(const void* send, void* recv,
+                                    const std::vector<std::size_t>& recv_bytes, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("allgatherv"));
+  if (recv_bytes.size() != static_cast<std::size_t>(size())) {
+    return InvalidArgument(where("allgatherv") + ": recv_bytes has " +
+                           std::to_string(recv_bytes.size()) + " entries, expected one per rank");
+  }
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < recv_bytes.size(); ++r) {
+    // The same per-rank bound as the MPI transport, so jobs behave the same on both.
+    if (recv_bytes[r] > static_cast<std::size_t>(INT_MAX)) {
+      return InvalidArgument(where("allgatherv") + ": recv_bytes[" + std::to_string(r) + "] is " +
+                             std::to_string(recv_bytes[r]) + " bytes; at most " +
+                             std::to_string(INT_MAX) + " bytes per rank (split the tensor)");
+    }
+    total += recv_bytes[r];
+  }
+  // recv_bytes is the same on every rank, so every rank skips an empty gather together.
+  if (total == 0) return Status::OK();
+  if (size() == 1) {
+    std::memmove(recv, send, total);
+    return Status::OK();
+  }
+  return guarded("allgatherv", deadline, [&] {
+    ::gloo::AllgathervOptions opts(context_);
+    opts.setInput(static_cast<std::uint8_t*>(const_cast<void*>(send)), recv_bytes[rank()]);
+    opts.setOutput(static_cast<std::uint8_t*>(recv), recv_bytes);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout(deadline));
+    ::gloo::allgatherv(opts);
+    return Status::OK();
+  });
+}
+
+Status GlooCommunicator::broadcast(void* buffer, std::size_t bytes, int root, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("broadcast"));
+  if (root < 0 || root >= size()) {
+    return InvalidArgument(where("broadcast") + ": root " + std::to_string(root) +
+                           " is not a rank (0.." + std::to_string(size() - 1) + ")");
+  }
+  if (bytes == 0 || size() == 1) return Status::OK();
+  return guarded("broadcast", deadline, [&] {
+    ::gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<std::uint8_t*>(buffer), bytes);
+    opts.setRoot(root);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout(deadline));
+    ::gloo::broadcast(opts);
+    return Status::OK();
+  });
+}
+
+Status GlooCommunicator::alltoallv(const void* send, const std::vector<std::size_t>& send_bytes,
+                                   void* recv, const std::vector<std::size_t>& recv_bytes,
+                                   Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("alltoallv"));
+  const auto n = static_cast<std::size_t>(size());
+  if (send_bytes.size() != n || recv_bytes.size() != n) {
+    return InvalidArgument(where("alltoallv") + ": send_bytes has " +
+                           std::to_string(send_bytes.size()) + " entries and recv_bytes " +
+                           std::to_string(recv_bytes.size()) + ", expected one per rank (" +
+                           std::to_string(n) + ")");
+  }
+  if (size() == 1) {
+    if (send_bytes[0] != recv_bytes[0]) {
+      return InvalidArgument(where("alltoallv") + ": sends " + std::to_string(send_bytes[0]) +
+                             " bytes to itself but expects " + std::to_string(recv_bytes[0]));
+    }
+    std::memmove(recv, send, send_bytes[0]);
+    return Status::OK();
+  }
+  std::vector<std::int64_t> out(send_bytes.begin(), send_bytes.end());
+  std::vector<std::int64_t> in(recv_bytes.begin(), recv_bytes.end());
+  // gloo wants non-null buffers even where nothing moves.
+  std::uint8_t dummy[1];
+  auto* sendp = send != nullptr ? static_cast<std::uint8_t*>(const_cast<void*>(send)) : dummy;
+  auto* recvp = recv != nullptr ? static_cast<std::uint8_t*>(recv) : dummy;
+  return guarded("alltoallv", deadline, [&] {
+    ::gloo::AlltoallvOptions opts(context_);
+    opts.setInput(sendp, out);
+    opts.setOutput(recvp, in);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout(deadline));
+    ::gloo::alltoallv(opts);
+    return Status::OK();
+  });
+}
+
+Status GlooCommunicator::reducescatter(const void* send, void* recv,
+                                       const std::vector<std::size_t>& counts, DataType dtype,
+                                       ReduceOp op, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("reducescatter"));
+  if (op == ReduceOp::kAverage) {
+    return InvalidArgument(where("reducescatter") +
+                           ": average is not a transport op (the runtime sums, then scales)");
+  }
+  if (counts.size() != static_cast<std::size_t>(size())) {
+    return InvalidArgument(where("reducescatter") + ": counts has " +
+                           std::to_string(counts.size()) + " entries, expected one per rank");
+  }
+  std::size_t total = 0, offset = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] > static_cast<std::size_t>(INT_MAX)) {
+      return InvalidArgument(where("reducescatter") + ": counts[" + std::to_string(r) + "] is " +
+                             std::to_string(counts[r]) + " elements; at most " +
+                             std::to_string(INT_MAX) + " per rank (split the tensor)");
+    }
+    if (r < static_cast<std::size_t>(rank())) offset += counts[r];
+    total += counts[r];
+  }
+  if (total == 0) return Status::OK();  // counts are the same on every rank
+  const std::size_t element = dtype_size(dtype);
+  scratch_.resize(total * element);
+  std::memcpy(scratch_.data(), send, total * element);
+  KOLO_RETURN_IF_ERROR(allreduce(scratch_.data(), total, dtype, op, deadline));
+  std::memmove(recv, scratch_.data() + offset * element, counts[rank()] * element);
+  return Status::OK();
+}
+
+Status GlooCommunicator::barrier(Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("barrier"));
+  if (size() == 1) return Status::OK();
+  return guarded("barrier", deadline, [&] {
+    ::gloo::BarrierOptions opts(context_);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout(deadline));
+    ::gloo::barrier(opts);
+    return Status::OK();
+  });
+}
+
+}  // namespace kolo::transport::gloo_impl

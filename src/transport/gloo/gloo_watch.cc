@@ -1,0 +1,202 @@
+// What the Gloo transport does while a call is blocked in gloo, and how a rank learns
+// that a peer failed:
+//   - the Watchdog (gloo_internal.h) polls the call's interrupt every 20 ms and looks for
+//     gone peers every 200 ms; a cause found shuts the communicator's sockets down, which
+//     ends the blocked call at once (gloo sees EOF on its pairs) and tells the peers;
+//   - gone_peers(): same-host peers whose process exited (kill(pid, 0), zombies
+//     included), and the launcher's exit notices (launcher/exits, launcher/exit/<rank>);
+//   - failure notices over the store (create_failure_notices): announce() is one
+//     compare_set of the world's "notice" key (the first announcement stays), then this
+//     rank shuts every socket of its world down; received() is a try_get at most every
+//     20 ms.
+//
+// gloo's calls block, so set_interrupt's function is called from the watchdog's thread
+// while the owning thread waits inside gloo (never at the same time as that thread's own
+// use of it).
+//
+// Not for: the collectives (gloo_ops.cc, gloo_control.cc).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "transport/gloo/gloo_internal.h"
+
+namespace kolo::transport::gloo_impl {
+
+using std::chrono::milliseconds;
+
+Watchdog::Watchdog() : thread_([this] { run(); }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::begin(GlooCommunicator* comm) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_ = comm;
+  since_ = Clock::now();
+  cause_.clear();
+}
+
+std::string Watchdog::end() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !checking_; });
+  active_ = nullptr;
+  std::string cause = std::move(cause_);
+  cause_.clear();
+  return cause;
+}
+
+void Watchdog::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  Clock::time_point next_slow{};
+  while (!stop_) {
+    // A timed wait rather than a wake-up from begin(): a call costs no thread switch.
+    cv_.wait_for(lock, milliseconds(20));
+    if (stop_ || active_ == nullptr || !cause_.empty()) continue;
+    const auto now = Clock::now();
+    if (now - since_ < milliseconds(50)) continue;  // most calls end sooner
+    GlooCommunicator* comm = active_;
+    checking_ = true;
+    lock.unlock();
+    std::string why;
+    if (comm->poll_interrupt(&why)) {
+      why = "interrupted: " + why;
+    } else if (now >= next_slow) {
+      next_slow = now + milliseconds(200);
+      why = comm->gone_peers(/*wait=*/false);
+    }
+    if (!why.empty()) comm->shutdown_sockets();
+    lock.lock();
+    checking_ = false;
+    if (!why.empty()) cause_ = why;
+    cv_.notify_all();
+  }
+}
+
+bool GlooCommunicator::poll_interrupt(std::string* why) { return interrupt_ && interrupt_(why); }
+
+std::string GlooCommunicator::gone_peers(bool wait) {
+  const World& w = *world_;
+  std::vector<int> gone;
+  std::vector<std::string> pids;
+  for (int m = 0; m < size(); ++m) {
+    if (m == rank()) continue;
+    const PeerInfo& p = w.peers[static_cast<std::size_t>(members_[m])];
+    if (p.host == w.my_host && process_gone(p.pid)) {
+      gone.push_back(m);
+      pids.push_back(std::to_string(p.pid));
+    }
+  }
+  std::string notices;
+  if (w.options.launcher_notices) {
+    const Deadline until =
+        Clock::now() + (wait && gone.empty() ? milliseconds(2000) : milliseconds(0));
+    for (;;) {
+      std::string v;
+      bool found = false;
+      if (w.store->try_get("launcher/exits", &v, &found).ok() && found &&
+          std::atoll(v.c_str()) > w.exits_at_start) {
+        for (int m = 0; m < size(); ++m) {
+          std::string sentence;
+          bool there = false;
+          if (m != rank() &&
+              w.store->try_get("launcher/exit/" + std::to_string(members_[m]), &sentence, &there)
+                  .ok() &&
+              there) {
+            notices += (notices.empty() ? "" : "; ") + sentence;
+          }
+        }
+      }
+      if (!notices.empty() || Clock::now() >= until) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+  if (!notices.empty()) return "the launcher reports: " + notices;
+  if (gone.empty()) return "";
+  std::string text;
+  for (std::size_t i = 0; i < gone.size(); ++i) {
+    if (i > 0) text += "; ";
+    text += member_name(gone[i]) + " is gone (its process " + pids[i] + " on this host has exited)";
+  }
+  return text;
+}
+
+void GlooCommunicator::shutdown_sockets() {
+  {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    if (waiting_ != nullptr) waiting_->abortWaitRecv();
+  }
+  for (const PairSocket& s : sockets_) {
+    // gloo may have closed the socket and the kernel given its number to another: check.
+    char target[64];
+    const std::string path = "/proc/self/fd/" + std::to_string(s.fd);
+    const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::string(target) != "socket:[" + std::to_string(s.inode) + "]") continue;
+    ::shutdown(s.fd, SHUT_RDWR);
+  }
+}
+
+namespace {
+
+class GlooNotices final : public FailureNotices {
+ public:
+  GlooNotices(std::shared_ptr<World> world, std::shared_ptr<rendezvous::Store> store, int rank)
+      : world_(std::move(world)), store_(std::move(store)), rank_(rank) {}
+
+  void announce(const std::string& message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (announced_ || !text_.empty()) return;
+    announced_ = true;
+    std::string actual;
+    (void)store_->compare_set("notice", "",
+                              "rank " + std::to_string(rank_) + " reported: " + message, &actual);
+    // This rank is failing: its peers blocked in gloo with it fail now, not at their deadline.
+    std::lock_guard<std::mutex> comms(world_->comms_mu);
+    for (GlooCommunicator* c : world_->comms) c->shutdown_sockets();
+  }
+
+  bool received(std::string* message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (text_.empty()) {
+      if (announced_) return false;
+      const auto now = Clock::now();
+      if (now < next_poll_) return false;
+      next_poll_ = now + milliseconds(20);
+      bool found = false;
+      std::string value;
+      if (!store_->try_get("notice", &value, &found).ok() || !found) return false;
+      text_ = value;
+    }
+    *message = text_;
+    return true;
+  }
+
+ private:
+  std::shared_ptr<World> world_;
+  std::shared_ptr<rendezvous::Store> store_;
+  const int rank_;
+  std::mutex mu_;
+  bool announced_ = false;
+  std::string text_;
+  Clock::time_point next_poll_{};
+};
+
+}  // namespace
+
+Status GlooCommunicator::create_failure_notices(std::unique_ptr<FailureNotices>* out) {
+  KOLO_RETURN_IF_ERROR(check_usable("create_failure_notices"));
+  *out = std::make_unique<GlooNotices>(world_, store_, rank());
+  return Status::OK();
+}
+
+}  // namespace kolo::transport::gloo_impl
