@@ -60,10 +60,12 @@ Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptio
   KOLO_RETURN_IF_ERROR(local->set_interrupt(poll));
   KOLO_RETURN_IF_ERROR(cross->set_interrupt(poll));
   const Topology t = world.topology();
+  const std::string base = world.name();
   comm = std::make_unique<hier::HierarchicalCommunicator>(
       std::move(comm), std::move(notices), std::move(local), std::move(cross), cross_ranks);
   KOLO_LOG(kInfo, "hier") << "hierarchical transport: " << t.cross_size << " hosts x "
-                          << t.local_size << " ranks (shared memory inside a host, MPI across)";
+                          << t.local_size << " ranks (shared memory inside a host, " << base
+                          << " across)";
   return Status::OK();
 }
 
