@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs kolo_bench against its peers back to back on this machine and prints one report:
-# per rank count a table of allreduce algbw (kolo under kolorun, MPI_Allreduce under mpirun,
-# torch.distributed Gloo), the memory-bandwidth probe and the shared-memory bound derived
+# per rank count a table of allreduce algbw (kolo under kolorun: Gloo with shared memory,
+# and Gloo alone with KOLO_SHM=0; MPI_Allreduce under mpirun; torch.distributed Gloo), the memory-bandwidth probe and the shared-memory bound derived
 # from it, kolo_bench gradients (ResNet-50, BERT-base) and latency at 2 ranks, and the
 # goals of docs/benchmarks.md.
 #
@@ -94,6 +94,9 @@ if want allreduce; then
     for r in $(seq 1 "$repeat"); do
       run "kolo np$n r$r" "$bin/kolorun" -np "$n" "$bin/kolo_bench" allreduce "${sweep[@]}" \
         --json "$out/kolo_np${n}_r$r.json"
+      # kolo over Gloo alone (no shared memory), the same library torch.distributed uses.
+      run "kolo-gloo np$n r$r" env KOLO_SHM=0 "$bin/kolorun" -np "$n" "$bin/kolo_bench" allreduce \
+        "${sweep[@]}" --json "$out/kologloo_np${n}_r$r.json"
       run "mpi np$n r$r" "${mpirun[@]}" -np "$n" "$bin/kolo_peer_mpi_allreduce" "${sweep[@]}" \
         --json "$out/mpi_np${n}_r$r.json"
       run "gloo np$n r$r" "$python" "$here/peers/torch_allreduce.py" -np "$n" "${sweep[@]}" \
@@ -106,6 +109,8 @@ for r in $(seq 1 "$repeat"); do
     for model in resnet50 bert-base; do
       run "gradients $model r$r" "$bin/kolorun" -np 2 "$bin/kolo_bench" gradients \
         --model "$model" --iters "$grad_iters" --json "$out/gradients_${model}_r$r.json"
+      run "gradients-gloo $model r$r" env KOLO_SHM=0 "$bin/kolorun" -np 2 "$bin/kolo_bench" \
+        gradients --model "$model" --iters "$grad_iters" --json "$out/gradientsgloo_${model}_r$r.json"
     done
   fi
   if want latency; then
