@@ -47,8 +47,10 @@ mkdir -p "$corpus"
 "$build/bin/$seeds" "$corpus"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# New inputs go to a scratch folder first; -merge keeps only those that add coverage.
+# New inputs go to a scratch folder first; -merge keeps only those that reach code no
+# input in the corpus reaches (edges, not hit counts: -use_counters=0), so a corpus stays
+# at tens of inputs.
 "$build/bin/kolo_${target}_fuzz" -max_total_time="$seconds" -max_len=4096 \
   -artifact_prefix="./" "$work" "$corpus"
-"$build/bin/kolo_${target}_fuzz" -merge=1 "$corpus" "$work" >/dev/null 2>&1
+"$build/bin/kolo_${target}_fuzz" -merge=1 -use_counters=0 "$corpus" "$work" >/dev/null 2>&1
 echo "fuzz: ${target} ran ${seconds} s clean; corpus has $(ls "$corpus" | wc -l) inputs"
