@@ -221,7 +221,7 @@ class TcpStoreServer::Loop {
     std::vector<Message> got;
     const Status s = wire::extract(&c.in, &got);
     for (auto& m : got) c.pending.push_back(std::move(m));
-    drain(c);  // what came before a bad frame is still served
+    if (drain(c)) retry_parked();  // what came before a bad frame is still served
     if (!s.ok() && !c.dead) refuse(c, s.message());
   }
 
@@ -252,8 +252,10 @@ class TcpStoreServer::Loop {
     write_to(c);
   }
 
-  // Serves c's pending requests in order until one must wait.
-  void drain(Connection& c) {
+  // Serves c's pending requests in order until one must wait. True when one wrote to the
+  // map: then the caller runs retry_parked() (drain never calls it, so a chain of requests
+  // waking each other is a loop there, not a recursion as deep as the chain).
+  bool drain(Connection& c) {
     bool changed = false;
     while (!c.dead && !c.parked && !c.pending.empty()) {
       Message q = std::move(c.pending.front());
@@ -264,13 +266,13 @@ class TcpStoreServer::Loop {
       }
       if (q.op == Op::kHello || q.op == Op::kReply) {
         refuse(c, "a " + wire::op_name(q.op) + " frame where a request belongs");
-        return;
+        return changed;
       }
       const bool one_key = q.op != Op::kCheck && q.op != Op::kWait;
       if (one_key && q.keys.size() != 1) {
         refuse(c, "a " + wire::op_name(q.op) + " with " + std::to_string(q.keys.size()) +
                       " keys (it takes one)");
-        return;
+        return changed;
       }
       Message r;
       if (serve(q, /*may_wait=*/q.number > 0, &r, &changed)) {
@@ -280,7 +282,7 @@ class TcpStoreServer::Loop {
         c.parked = Parked{std::move(q), deadline};
       }
     }
-    if (changed) retry_parked();
+    return changed;
   }
 
   void hello(Connection& c, const Message& q) {
@@ -382,32 +384,38 @@ class TcpStoreServer::Loop {
     return true;
   }
 
-  // After a write: answers every parked request whose keys now exist, then serves what
-  // that connection sent behind it (drain() retries again if that writes).
+  // After a write: answers every parked request whose keys now exist and serves what
+  // that connection sent behind it; again while that wrote, since the write may wake
+  // another. Each pass answers at least one request, so it ends.
   void retry_parked() {
-    for (auto& c : conns_) {
-      if (c.dead || !c.parked) continue;
-      Message r;
-      bool changed = false;
-      if (!serve(c.parked->request, /*may_wait=*/true, &r, &changed)) continue;
-      c.parked.reset();
-      send_reply(c, r);
-      drain(c);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto& c : conns_) {
+        if (c.dead || !c.parked) continue;
+        Message r;
+        bool wrote = false;  // a parked get or wait never writes
+        if (!serve(c.parked->request, /*may_wait=*/true, &r, &wrote)) continue;
+        c.parked.reset();
+        send_reply(c, r);
+        changed = drain(c) || changed;
+      }
     }
   }
 
   // Answers every parked request whose client's deadline passed.
   void expire_parked() {
     const Deadline now = Clock::now();
+    bool changed = false;
     for (auto& c : conns_) {
       if (c.dead || !c.parked || c.parked->deadline > now) continue;
       Message r;
-      bool changed = false;
-      serve(c.parked->request, /*may_wait=*/false, &r, &changed);
+      bool wrote = false;
+      serve(c.parked->request, /*may_wait=*/false, &r, &wrote);
       c.parked.reset();
       send_reply(c, r);
-      drain(c);
+      changed = drain(c) || changed;
     }
+    if (changed) retry_parked();
   }
 
   const int listen_fd_;

@@ -311,6 +311,57 @@ TEST(TcpStore, ConnectGivesUpAtItsDeadlineNamingTheAddress) {
   EXPECT_LT(took, 1.0);
 }
 
+// Two connections that pipeline gets and sets which wake each other in turn, tens of
+// thousands deep: each answer serves the next request behind it, whose write wakes the
+// other connection's parked get. The server used to answer that chain by recursion
+// (a write retried the parked requests, each answered one drained its connection, whose
+// write retried them again), one stack level per request, and crashed on its own stack.
+TEST(TcpStore, PipelinedRequestsWakingEachOtherDoNotRecurseOnTheServersStack) {
+  auto server = serve();
+  auto good = must_connect(server->port());
+  constexpr int kRounds = 30000;
+  const std::int64_t kLong = std::int64_t{30} * 1000 * 1000 * 1000;  // 30 s, in ns
+  auto get = [&](const std::string& key) {
+    wire::Message m;
+    m.op = wire::Op::kGet;
+    m.keys = {key};
+    m.number = kLong;
+    return frame(m);
+  };
+  auto set = [&](const std::string& key) {
+    wire::Message m;
+    m.op = wire::Op::kSet;
+    m.keys = {key};
+    m.value = "x";
+    return frame(m);
+  };
+  // A: get a0, set b0, get a1, set b1, ...   B: get b0, set a1, get b1, set a2, ...
+  std::string a = hello(), b = hello();
+  for (int i = 0; i < kRounds; ++i) {
+    a += get("a" + std::to_string(i)) + set("b" + std::to_string(i));
+    b += get("b" + std::to_string(i)) + set("a" + std::to_string(i + 1));
+  }
+  const int fa = raw_connect(server->port());
+  const int fb = raw_connect(server->port());
+  // The server reads on while a connection is parked; the replies wait in its buffers.
+  std::thread ta([&] { send_bytes(fa, a); });
+  std::thread tb([&] { send_bytes(fb, b); });
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(eventually([&] { return server->waiting() == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rest read into pending
+  const Deadline start = Clock::now();
+  ASSERT_TRUE(good->set("a0", "x").ok());  // starts the chain
+  std::string value;
+  const Status s = good->get("a" + std::to_string(kRounds), deadline_after(10), &value);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_LT(seconds_since(start), 5.0);
+  expect_serving(*good, "after the chain");
+  EXPECT_EQ(server->refused(), 0);
+  ::close(fa);
+  ::close(fb);
+}
+
 TEST(TcpStore, KeysOverTheWireLimitAreRefusedBeforeSending) {
   auto server = serve();
   auto store = must_connect(server->port());

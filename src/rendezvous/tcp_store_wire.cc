@@ -88,6 +88,11 @@ Status decode_body(const char* p, std::size_t n, Message* m) {
   if (nkeys > kMaxKeys)
     return malformed(std::to_string(nkeys) + " keys, over the limit of " +
                      std::to_string(kMaxKeys));
+  // Each key takes at least its 4-byte length: judged before making room for the keys, so a
+  // 22-byte frame cannot make the server allocate 65536 strings.
+  if (nkeys > r.left() / 4)
+    return malformed(std::to_string(nkeys) + " keys in the " + std::to_string(r.left()) +
+                     " bytes left of the frame");
   m->keys.resize(nkeys);
   for (auto& key : m->keys) {
     if (!r.bytes(kMaxKeyBytes, &key))

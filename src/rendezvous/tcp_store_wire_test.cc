@@ -76,6 +76,13 @@ TEST(TcpStoreWire, RefusesWhatBreaksTheFormat) {
   f = good;
   f[4 + 4 + 2 + 8 + 4] = static_cast<char>(0x7f);  // the first key's length
   EXPECT_EQ(decode(f).code(), ErrorCode::kInvalidArgument);
+  // More keys than the body has bytes for: refused before room is made for them.
+  f = good;
+  f[4 + 4 + 2 + 8] = 0;  // the key count (sample() has 2): 65536, the limit
+  f[4 + 4 + 2 + 8 + 1] = 0;
+  f[4 + 4 + 2 + 8 + 2] = 1;
+  EXPECT_NE(decode(f).message().find("65536 keys in the"), std::string::npos)
+      << decode(f).message();
   // An oversized frame is refused from its length alone, before any body arrives.
   std::string big(4, '\0');
   const std::uint32_t n = kMaxFrameBytes + 1;
