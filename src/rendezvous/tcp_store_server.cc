@@ -84,6 +84,7 @@ struct Connection {
   int fd = -1;
   std::string peer;
   bool authed = false;
+  Deadline hello_by;  // closed unless authed by then
   bool dead = false;  // closed at the end of this poll round
   std::string in, out;
   std::deque<Message> pending;  // requests read but not yet served (behind a parked one)
@@ -94,9 +95,10 @@ struct Connection {
 
 class TcpStoreServer::Loop {
  public:
-  Loop(int listen_fd, int wake_fd, std::string name, std::string secret,
+  Loop(int listen_fd, int wake_fd, std::string name, std::string secret, double hello_timeout_s,
        const std::atomic<bool>* stopping, std::atomic<int>* refused, std::atomic<int>* waiting)
-      : listen_fd_(listen_fd),
+      : hello_timeout_(seconds_duration(hello_timeout_s)),
+        listen_fd_(listen_fd),
         wake_fd_(wake_fd),
         name_(std::move(name)),
         secret_(std::move(secret)),
@@ -138,6 +140,7 @@ class TcpStoreServer::Loop {
         }
       }
       expire_parked();
+      expire_strangers();
       conns_.remove_if([](const Connection& c) {
         if (c.dead) ::close(c.fd);
         return c.dead;
@@ -150,6 +153,7 @@ class TcpStoreServer::Loop {
     std::optional<Deadline> first;
     for (const auto& c : conns_) {
       if (c.parked && (!first || c.parked->deadline < *first)) first = c.parked->deadline;
+      if (!c.authed && (!first || c.hello_by < *first)) first = c.hello_by;
     }
     if (!first) return -1;
     const auto left = *first - Clock::now();
@@ -180,9 +184,19 @@ class TcpStoreServer::Loop {
         ::close(fd);
         continue;
       }
+      int strangers = 0;
+      for (const auto& other : conns_) strangers += other.authed || other.dead ? 0 : 1;
+      if (strangers >= kMaxStrangers) {
+        refused_->fetch_add(1);
+        KOLO_LOG(kWarning, "store") << name_ << ": refused " << peer << ": " << strangers
+                                    << " connections are already waiting for their hello";
+        ::close(fd);
+        continue;
+      }
       Connection c;
       c.fd = fd;
       c.peer = peer;
+      c.hello_by = Clock::now() + hello_timeout_;
       conns_.push_back(std::move(c));
     }
   }
@@ -402,6 +416,18 @@ class TcpStoreServer::Loop {
     }
   }
 
+  // Closes every connection that has not said hello in time.
+  void expire_strangers() {
+    const Deadline now = Clock::now();
+    for (auto& c : conns_) {
+      if (!c.dead && !c.authed && c.hello_by <= now) {
+        refuse(c, "no hello within " +
+                      std::to_string(std::chrono::duration<double>(hello_timeout_).count()) +
+                      " s of connecting (not a kolo client?)");
+      }
+    }
+  }
+
   // Answers every parked request whose client's deadline passed.
   void expire_parked() {
     const Deadline now = Clock::now();
@@ -418,6 +444,7 @@ class TcpStoreServer::Loop {
     if (changed) retry_parked();
   }
 
+  const Clock::duration hello_timeout_;
   const int listen_fd_;
   const int wake_fd_;
   const std::string name_;
@@ -483,8 +510,8 @@ Status TcpStoreServer::start(const TcpStoreServerOptions& options,
                                    "host, and any local user's process could join; set "
                                    "KOLO_RENDEZVOUS_SECRET (kolorun sets one)";
   }
-  server->loop_ = std::make_unique<Loop>(fd, wake, name, options.secret, &server->stopping_,
-                                         &server->refused_, &server->waiting_);
+  server->loop_ = std::make_unique<Loop>(fd, wake, name, options.secret, options.hello_timeout_s,
+                                         &server->stopping_, &server->refused_, &server->waiting_);
   server->thread_ = std::thread([loop = server->loop_.get()] { loop->run(); });
   *out = std::move(server);
   return Status::OK();

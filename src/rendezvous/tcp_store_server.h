@@ -34,10 +34,17 @@ struct TcpStoreServerOptions {
   // The job secret every client must present (bytes; kolorun makes a random one). Empty
   // (default): no secret, and only loopback peers are accepted, with a warning at start.
   std::string secret;
+  // A connection that has not sent an accepted hello this long after it was accepted is
+  // closed (and counted in refused()), so a silent stranger cannot hold a socket; and at
+  // most kMaxStrangers connections may wait for their hello at once (the newest are closed
+  // past that). Default 10 s.
+  double hello_timeout_s = 10;
 };
 
 class TcpStoreServer {
  public:
+  // Connections that may be waiting for their hello at once (see hello_timeout_s).
+  static constexpr int kMaxStrangers = 256;
   // Binds, listens, and starts the serving thread. kInvalidArgument naming host:port when
   // the address cannot be resolved or bound (in use?).
   static Status start(const TcpStoreServerOptions& options, std::unique_ptr<TcpStoreServer>* out);

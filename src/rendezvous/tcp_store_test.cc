@@ -224,6 +224,30 @@ TEST(TcpStore, HostileBytesCloseOnlyTheirConnection) {
   EXPECT_FALSE(found);  // nothing before an accepted hello took effect
 }
 
+// A stranger that connects and says nothing (or too little) is closed at the hello
+// deadline and counted; the job's own clients are served all the while.
+TEST(TcpStore, ASilentConnectionIsClosedAtTheHelloDeadline) {
+  TcpStoreServerOptions o;
+  o.secret = kSecret;
+  o.hello_timeout_s = 0.3;
+  std::unique_ptr<TcpStoreServer> server;
+  ASSERT_TRUE(TcpStoreServer::start(o, &server).ok());
+  auto good = must_connect(server->port());
+  const int silent = raw_connect(server->port());
+  const int partial = raw_connect(server->port());
+  send_bytes(partial, hello().substr(0, 3));  // part of a hello, never finished
+  const auto start = Clock::now();
+  EXPECT_TRUE(closed_by_server(silent));
+  EXPECT_TRUE(closed_by_server(partial));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.5);
+  ::close(silent);
+  ::close(partial);
+  EXPECT_EQ(server->refused(), 2);
+  // The accepted client stays: its hello came in time, and it may be idle for longer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  expect_serving(*good, "after the strangers were closed");
+}
+
 TEST(TcpStore, AGetWaitingOnOneConnectionWakesOnAnothersSet) {
   auto server = serve();
   auto waiter = must_connect(server->port());
