@@ -1,5 +1,5 @@
 // kolo_gloo_check: end-to-end check of the Gloo transport across real processes, started
-// by run_ranks.sh (later kolorun) with 2-4 ranks.
+// by kolorun's own launcher with 2-4 ranks (the job's store is kolorun's; check_job.h).
 //
 // Runs the transport-agnostic sweep of collective_checks.h (every collective, dtype, op,
 // size 0..2^20 against references; the control plane; argument errors). With --kill-test
@@ -7,9 +7,9 @@
 // others must get kPeerFailure naming it within a few seconds. Prints PASS/FAIL lines;
 // exits non-zero on any failure.
 //
-//   run_ranks.sh 3 kolo_gloo_check
-//   run_ranks.sh 3 kolo_gloo_check --kill-test [--kill-rank R] [--kill-op and|gather|allreduce]
-//                                  [--sigkill]
+//   kolorun -np 3 kolo_gloo_check
+//   kolorun -np 3 kolo_gloo_check --kill-test [--kill-rank R] [--kill-op and|gather|allreduce]
+//                                 [--sigkill]
 //
 // Not for: the runtime's semantics (tests/multiprocess).
 #include <cstdio>
@@ -17,9 +17,8 @@
 #include <memory>
 #include <string>
 
+#include "check_job.h"
 #include "collective_checks.h"
-#include "test_store.h"
-#include "transport/gloo/gloo_communicator.h"
 
 namespace kolo::transport {
 namespace {
@@ -49,18 +48,14 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  testing::TestStore store;
-  Status s = testing::open_test_store(&store);
-  GlooOptions options;
-  options.rank = testing::env_int("KOLO_RANK", 0);
-  options.size = testing::env_int("KOLO_SIZE", 1);
-  options.test_hosts = testing::env_int("KOLO_TEST_HOSTS", 0);
-  if (const char* a = std::getenv("KOLO_HOST_ADDR")) options.host_addr = a;
-  options.deadline = deadline_after(60);
+  check::CheckJob job;
+  Status s = check::open_check_job(&job);
+  const TransportFactory* gloo = find_transport("gloo");  // whatever KOLO_TRANSPORT says
+  if (s.ok() && gloo == nullptr) s = Internal("this build has no gloo transport");
   std::unique_ptr<Communicator> comm;
-  if (s.ok()) s = create_gloo_communicator(options, store.store, &comm);
+  if (s.ok()) s = gloo->create(job.context, &comm);  // the base alone, no shm layer
   if (!s.ok()) {
-    std::printf("FAIL [rank %d] create_gloo_communicator: %s\n", options.rank,
+    std::printf("FAIL [rank %d] creating the gloo communicator: %s\n", job.launch.rank,
                 s.to_string().c_str());
     return 1;
   }
