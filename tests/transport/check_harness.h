@@ -1,7 +1,8 @@
-// Pieces shared by the transport check programs that run under mpirun (kolo_mpi_check,
-// kolo_shm_check, kolo_hier_check): the dtype/op/size sweep, exact small-integer inputs and their
-// reference fold, element access for every dtype, and a Checker that prints PASS/FAIL per
-// group with every rank's verdict ANDed. Test code only.
+// Pieces shared by the transport check programs (kolo_mpi_check, kolo_gloo_check,
+// kolo_shm_check, kolo_hier_check): the dtype/op/size sweep, exact small-integer inputs and
+// their reference fold, element access for every dtype, how a survivor names a dead rank,
+// and a Checker that prints PASS/FAIL per group with every rank's verdict ANDed. Test code
+// only.
 #pragma once
 
 #include <algorithm>
@@ -57,6 +58,19 @@ inline void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
 
 inline double load(DataType dt, const void* buf, std::size_t i) {
   return kolo::testing::load_element(buf, dt, i);
+}
+
+// Whether a survivor's error names world rank `victim` as the one that died, in any of the
+// ways the layers say it: shm host-mates ("rank 2 did not take part"), a Gloo
+// communicator that saw the process go ("rank 2 is gone", in a sub-communicator "rank 1
+// (world rank 2) is gone"), or the launcher's notice ("rank 2 (host a) was killed ...").
+inline bool names_dead_rank(const std::string& message, int victim) {
+  const std::string r = "rank " + std::to_string(victim);
+  for (const std::string& phrase :
+       {r + " did not take part", r + " is gone", "(world " + r + ") is gone", r + " (host "}) {
+    if (message.find(phrase) != std::string::npos) return true;
+  }
+  return false;
 }
 
 // Counts cases and failures of one group at a time; end_group() ANDs every rank's verdict

@@ -55,11 +55,10 @@ int run_kill_test(hier::HierarchicalCommunicator* comm, int victim) {
   // The victim's host-mates see it die in shared memory; the other hosts hear of it
   // through the failure notices. Everyone must fail well before the deadline, naming it.
   std::string problem;
-  const std::string named = "rank " + std::to_string(victim) + " did not take part";
   if (s.code() != ErrorCode::kPeerFailure)
     problem = "expected a peer failure";
-  else if (s.message().find(named) == std::string::npos)
-    problem = "the message does not say '" + named + "'";
+  else if (!check::names_dead_rank(s.message(), victim))
+    problem = "the message does not name rank " + std::to_string(victim) + " as the one gone";
   else if (elapsed > kDeadline - 1.0)
     problem = "took " + std::to_string(elapsed) + " s (the kill came after 0.3 s)";
   else if (again.code() != ErrorCode::kPeerFailure || again_elapsed > 0.01)

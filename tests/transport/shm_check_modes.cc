@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "check_harness.h"
 #include "shm_check.h"
 #include "transport/shm/shm_internal.h"
 
@@ -50,11 +51,10 @@ int run_kill_test(Communicator* comm, int victim) {
   const double again_elapsed = duration<double>(Clock::now() - again_start).count();
 
   std::string problem;
-  const std::string named = "rank " + std::to_string(victim) + " did not take part";
   if (s.code() != ErrorCode::kPeerFailure)
     problem = "expected a peer failure";
-  else if (s.message().find(named) == std::string::npos)
-    problem = "the message does not say '" + named + "'";
+  else if (!check::names_dead_rank(s.message(), victim))
+    problem = "the message does not name rank " + std::to_string(victim) + " as the one gone";
   else if (elapsed > 5.0)
     problem = "took " + std::to_string(elapsed) + " s (the kill came after 0.2 s)";
   else if (again.code() != ErrorCode::kPeerFailure || again_elapsed > 0.01)

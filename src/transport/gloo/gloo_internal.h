@@ -80,6 +80,10 @@ struct World {
   std::string my_host;
   std::int64_t exits_at_start = 0;  // launcher/exits when the world was made
   std::unique_ptr<Watchdog> watchdog;
+  // Where the failure notices live once create_failure_notices() made them (null before),
+  // and how this rank's own announcement there begins ("rank 3 reported: ").
+  std::shared_ptr<rendezvous::Store> notice_store;
+  std::string own_notice;
   // Every live communicator of this world (to shut all sockets down on announce()).
   std::mutex comms_mu;
   std::vector<GlooCommunicator*> comms;
@@ -127,6 +131,8 @@ class GlooCommunicator final : public Communicator {
   // Members whose process is gone or whose exit the launcher announced, as a sentence
   // ("" when none). With `wait`, waits up to 2 s for a launcher notice (launcher_notices).
   std::string gone_peers(bool wait);
+  // Another rank's failure notice ("rank 1 reported: ..."), or "" when none was announced.
+  std::string announced_failure();
   // shutdown(SHUT_RDWR) on every socket of this communicator's context.
   void shutdown_sockets();
   const std::shared_ptr<World>& world() const { return world_; }
