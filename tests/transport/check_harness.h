@@ -25,6 +25,31 @@ inline constexpr const auto& kOps = kolo::testing::kTransportOps;
 inline constexpr std::size_t kSizes[] = {
     0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
 
+// Whether the sweep runs the sizes past one segment or region (above 1024 elements) for
+// this dtype and op. Every (dtype, op) runs the edge sizes (0, 1, odd, 1024); the large
+// ones, which test chunking and segmenting (a matter of bytes, not of the op), run for
+// sum in every dtype and for one more op per dtype in turn, so every dtype, every op and
+// every element size (1, 2, 4 and 8 bytes) still meets them: 15 of the 36 pairs, which
+// keeps each check program under ~10 s on 2 cores.
+// With `every_sum` false, only the op in turn: 9 pairs (the hierarchical check, whose
+// kernels are the shm check's).
+inline bool large_case(DataType dt, ReduceOp op, bool every_sum = true) {
+  int d = 0, k = 0;
+  while (kDtypes[d] != dt) ++d;
+  while (kOps[k] != op) ++k;
+  return (every_sum && op == ReduceOp::kSum) || (d + k) % 4 == 0;
+}
+
+// Whether `dt` is the first dtype of its element size in kDtypes (float32, float64,
+// float16, int8): the byte collectives, blind to the dtype but for its size, run their
+// large sizes for these only.
+inline bool first_of_its_size(DataType dt) {
+  for (DataType other : kDtypes) {
+    if (dtype_size(other) == dtype_size(dt)) return other == dt;
+  }
+  return false;
+}
+
 // Rank `rank`'s element i. Values stay tiny so every reduction is exact in every dtype
 // (int8 and bfloat16 included) on any number of ranks up to 42: sums of -3..3, products
 // of {1, 2, -1} with 2 only on ranks 0-3 (|product| <= 16), booleans, and for uint8 0..3

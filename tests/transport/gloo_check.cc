@@ -1,8 +1,8 @@
 // kolo_gloo_check: end-to-end check of the Gloo transport across real processes, started
 // by kolorun's own launcher with 2-4 ranks (the job's store is kolorun's; check_job.h).
 //
-// Runs the transport-agnostic sweep of collective_checks.h (every collective, dtype, op,
-// size 0..2^20 against references; the control plane; argument errors). With --kill-test
+// Runs the transport-agnostic sweep of collective_checks.h (every collective, dtype and op
+// at sizes 0..2^20 + 3 against references; the control plane; argument errors). With --kill-test
 // one rank leaves (exits without shutting down, or with --sigkill SIGKILLs itself) and the
 // others must get kPeerFailure naming it within a few seconds. Prints PASS/FAIL lines;
 // exits non-zero on any failure.
