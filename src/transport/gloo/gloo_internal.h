@@ -156,9 +156,9 @@ class GlooCommunicator final : public Communicator {
               const std::string& gloo_error, const std::string& cause);
   Status check_usable(const char* op) const;
   std::string where(const char* op) const;
-  // reducescatter's ring (gloo_ops.cc); throws what gloo throws.
-  void ring_reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
-                          DataType dtype, ReduceOp op, Deadline deadline);
+  // reducescatter's ring (gloo_ops.cc), inside guarded(): throws what gloo throws.
+  Status ring_reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                            DataType dtype, ReduceOp op, Deadline deadline);
   // gloo's timeout for a call bounded by `deadline`: the time left, at least 1 ms.
   std::chrono::milliseconds timeout(Deadline deadline) const;
   std::uint32_t next_tag() { return ++tag_; }

@@ -190,14 +190,13 @@ Status GlooCommunicator::reducescatter(const void* send, void* recv,
     return InvalidArgument(where("reducescatter") + ": counts has " +
                            std::to_string(counts.size()) + " entries, expected one per rank");
   }
-  std::size_t total = 0, offset = 0;
+  std::size_t total = 0;
   for (std::size_t r = 0; r < counts.size(); ++r) {
     if (counts[r] > static_cast<std::size_t>(INT_MAX)) {
       return InvalidArgument(where("reducescatter") + ": counts[" + std::to_string(r) + "] is " +
                              std::to_string(counts[r]) + " elements; at most " +
                              std::to_string(INT_MAX) + " per rank (split the tensor)");
     }
-    if (r < static_cast<std::size_t>(rank())) offset += counts[r];
     total += counts[r];
   }
   if (total == 0) return Status::OK();  // counts are the same on every rank
@@ -206,10 +205,8 @@ Status GlooCommunicator::reducescatter(const void* send, void* recv,
     std::memmove(recv, send, total * element);
     return Status::OK();
   }
-  return guarded("reducescatter", deadline, [&] {
-    ring_reducescatter(send, recv, counts, dtype, op, deadline);
-    return Status::OK();
-  });
+  return guarded("reducescatter", deadline,
+                 [&] { return ring_reducescatter(send, recv, counts, dtype, op, deadline); });
 }
 
 // The ring: n - 1 steps. In step s, rank r sends its partial result of block
@@ -219,14 +216,14 @@ Status GlooCommunicator::reducescatter(const void* send, void* recv,
 // whole result of block r (received from r - 1 with n - 1 contributions, plus its own).
 // Step 0 sends straight from `send`; later steps send the block received (and reduced)
 // in the step before, from one of two scratch halves that take turns, so a send is
-// complete before its half receives again. Each rank moves (n - 1) / n of the input
-// once, half of what the former allreduce-then-slice moved. Empty blocks are skipped by
+// complete before its half receives again. Each rank sends and receives (n - 1) / n of
+// the input once (an allreduce moves twice that). Empty blocks are skipped by
 // both neighbours alike (every rank has the same counts). `recv` is written only at the
 // end, after the last read of `send` but the own block's (a memmove), so it may alias
 // `send`. Each step is one slot; every wait is bounded by the deadline.
-void GlooCommunicator::ring_reducescatter(const void* send, void* recv,
-                                          const std::vector<std::size_t>& counts, DataType dtype,
-                                          ReduceOp op, Deadline deadline) {
+Status GlooCommunicator::ring_reducescatter(const void* send, void* recv,
+                                            const std::vector<std::size_t>& counts, DataType dtype,
+                                            ReduceOp op, Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t element = dtype_size(dtype);
   std::vector<std::size_t> offset(counts.size() + 1, 0);  // in bytes
@@ -253,11 +250,13 @@ void GlooCommunicator::ring_reducescatter(const void* send, void* recv,
       out->send(right, slot + s, s == 0 ? offset[out_block] : 0, bytes_of(out_block));
     }
     ::gloo::transport::UnboundBuffer* got = half[s % 2].get();
+    bool done = true;
     if (bytes_of(in_block) > 0) {
       got->recv(left, slot + s, 0, bytes_of(in_block));
-      got->waitRecv(timeout(deadline));
+      done = got->waitRecv(timeout(deadline));
     }
-    if (out != nullptr) out->waitSend(timeout(deadline));
+    if (done && out != nullptr) done = out->waitSend(timeout(deadline));
+    if (!done) return PeerFailure("step " + std::to_string(s) + " of the ring was aborted");
     if (bytes_of(in_block) == 0) continue;
     const char* own = input + offset[in_block];
     if (s == n - 2) {  // in_block is this rank's: the result
@@ -266,6 +265,7 @@ void GlooCommunicator::ring_reducescatter(const void* send, void* recv,
       reduce_into(got->ptr, own, counts[in_block], dtype, op);
     }
   }
+  return Status::OK();
 }
 
 Status GlooCommunicator::barrier(Deadline deadline) {
