@@ -1,7 +1,8 @@
-// Pieces shared by the transport check programs that run under mpirun (kolo_mpi_check,
-// kolo_shm_check, kolo_hier_check): the dtype/op/size sweep, exact small-integer inputs and their
-// reference fold, element access for every dtype, and a Checker that prints PASS/FAIL per
-// group with every rank's verdict ANDed. Test code only.
+// Pieces shared by the transport check programs (kolo_mpi_check, kolo_gloo_check,
+// kolo_shm_check, kolo_hier_check): the dtype/op/size sweep, exact small-integer inputs and
+// their reference fold, element access for every dtype, how a survivor names a dead rank,
+// and a Checker that prints PASS/FAIL per group with every rank's verdict ANDed. Test code
+// only.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +24,31 @@ inline constexpr const auto& kOps = kolo::testing::kTransportOps;
 // With KOLO_FUSION_THRESHOLD=1048576 (1 MiB regions) the two large sizes take several chunks.
 inline constexpr std::size_t kSizes[] = {
     0, 1, 7, 1024, std::size_t{1} << 20, (std::size_t{3} << 20) + 5};
+
+// Whether the sweep runs the sizes past one segment or region (above 1024 elements) for
+// this dtype and op. Every (dtype, op) runs the edge sizes (0, 1, odd, 1024); the large
+// ones, which test chunking and segmenting (a matter of bytes, not of the op), run for
+// sum in every dtype and for one more op per dtype in turn, so every dtype, every op and
+// every element size (1, 2, 4 and 8 bytes) still meets them: 15 of the 36 pairs, which
+// keeps each check program under ~10 s on 2 cores.
+// With `every_sum` false, only the op in turn: 9 pairs (the hierarchical check, whose
+// kernels are the shm check's).
+inline bool large_case(DataType dt, ReduceOp op, bool every_sum = true) {
+  int d = 0, k = 0;
+  while (kDtypes[d] != dt) ++d;
+  while (kOps[k] != op) ++k;
+  return (every_sum && op == ReduceOp::kSum) || (d + k) % 4 == 0;
+}
+
+// Whether `dt` is the first dtype of its element size in kDtypes (float32, float64,
+// float16, int8): the byte collectives, blind to the dtype but for its size, run their
+// large sizes for these only.
+inline bool first_of_its_size(DataType dt) {
+  for (DataType other : kDtypes) {
+    if (dtype_size(other) == dtype_size(dt)) return other == dt;
+  }
+  return false;
+}
 
 // Rank `rank`'s element i. Values stay tiny so every reduction is exact in every dtype
 // (int8 and bfloat16 included) on any number of ranks up to 42: sums of -3..3, products
@@ -57,6 +83,19 @@ inline void store(DataType dt, void* buf, std::size_t i, std::int64_t v) {
 
 inline double load(DataType dt, const void* buf, std::size_t i) {
   return kolo::testing::load_element(buf, dt, i);
+}
+
+// Whether a survivor's error names world rank `victim` as the one that died, in any of the
+// ways the layers say it: shm host-mates ("rank 2 did not take part"), a Gloo
+// communicator that saw the process go ("rank 2 is gone", in a sub-communicator "rank 1
+// (world rank 2) is gone"), or the launcher's notice ("rank 2 (host a) was killed ...").
+inline bool names_dead_rank(const std::string& message, int victim) {
+  const std::string r = "rank " + std::to_string(victim);
+  for (const std::string& phrase :
+       {r + " did not take part", r + " is gone", "(world " + r + ") is gone", r + " (host "}) {
+    if (message.find(phrase) != std::string::npos) return true;
+  }
+  return false;
 }
 
 // Counts cases and failures of one group at a time; end_group() ANDs every rank's verdict

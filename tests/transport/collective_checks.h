@@ -14,8 +14,9 @@ namespace kolo::transport::collective_check {
 // hang fails it, even with 4 ranks oversubscribed on 2 cores.
 inline Deadline soon() { return Clock::now() + std::chrono::seconds(30); }
 
-// Every collective x dtype x op x size, the control plane and argument errors; prints one
-// PASS/FAIL line per group and "<program>: ALL PASS" on rank 0. Returns the exit code.
+// Every collective x dtype x op at the edge sizes, and past one segment for the pairs
+// check::large_case() picks (collective_checks.cc), the control plane and argument errors; prints
+// one PASS/FAIL line per group and "<program>: ALL PASS" on rank 0. Returns the exit code.
 int run_checks(Communicator* comm, const char* program);
 
 // What a kill test expects of the transport.

@@ -1,20 +1,24 @@
 // kolo_hier_check: end-to-end check of the hierarchical transport across real processes,
-// run under mpirun with fake hosts (KOLO_TEST_HOSTS) on one machine.
+// with fake hosts (KOLO_TEST_HOSTS) on one machine, over the base transport KOLO_TRANSPORT
+// names (check_job.h: mpi under mpirun, gloo under kolorun).
 //
 // The communicator comes from the transport table, as in a job. Checks that the topology
-// follows the fake hosts, then allreduce for every dtype x op x size (0, 1, 7, 1024, 2^20
-// and 3 * 2^20 + 5 elements; with KOLO_FUSION_THRESHOLD=1048576 the large ones take
-// several chunks) through the copy path, the fusion_buffer() zero-copy path and a mix,
-// against a reference computed here from small-integer inputs (exact in every dtype) and
-// byte for byte against the plain MPI communicator's allreduce of the same input; then
-// the delegated operations. Prints PASS/FAIL per group; exits non-zero on any failure.
+// follows the fake hosts, then allreduce for every dtype x op at 0, 1, 7 and 1024
+// elements, and at 2^20 and 3 * 2^20 + 5 for the pairs check::large_case() picks (with
+// KOLO_FUSION_THRESHOLD=1048576 these take several chunks), through the copy path, the
+// fusion_buffer() zero-copy path and a mix, against a reference computed here from small-integer
+// inputs (exact in every dtype) and byte for byte against the plain base communicator's allreduce
+// of the same input; then the delegated operations. Prints PASS/FAIL per group; exits non-zero on
+// any failure.
 //
-//   KOLO_TEST_HOSTS=2 mpirun -x KOLO_TEST_HOSTS -np 4 kolo_hier_check   correctness
-//   ... kolo_hier_check --select hierarchical|mpi|shm                   the table's choice
+//   KOLO_TEST_HOSTS=2 mpirun -x KOLO_TEST_HOSTS -np 4 kolo_hier_check   correctness (mpi)
+//   KOLO_TEST_HOSTS=2 kolorun -np 4 kolo_hier_check                     correctness (gloo)
+//   ... kolo_hier_check --select hierarchical|mpi|gloo|shm              the table's choice
 //   ... mpirun --enable-recovery ... kolo_hier_check --kill-rank 3       kill test
+//   ... kolorun --grace-seconds 30 ... kolo_hier_check --kill-rank 3     kill test (gloo)
 //   ... kolo_hier_check --bench                                          64 MiB timings
 //
-// Not for: the runtime's semantics (tests/multiprocess), or running without mpirun.
+// Not for: the runtime's semantics (tests/multiprocess).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "core/launch_env.h"
+#include "check_job.h"
 #include "hier_check.h"
 #include "transport/hier/hier_internal.h"
 #include "transport/table.h"
@@ -53,7 +57,7 @@ void check_topology(Communicator* comm, int hosts, Checker& c) {
 
 // path 0: copy; 1: zero-copy (fusion_buffer); 2: zero-copy on even ranks only; 3: as 2
 // with the hierarchical algorithm switched off (set_hierarchical(false), as autotune
-// does: flat MPI, also on the shm region). Path 0 is also run through the plain MPI
+// does: the flat base, also on the shm region). Path 0 is also run through the plain base
 // communicator, whose bytes must be the same.
 void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
   const int n = comm->size(), me = comm->rank();
@@ -62,6 +66,7 @@ void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
   for (DataType dt : kDtypes) {
     for (ReduceOp op : kOps) {
       for (std::size_t count : kSizes) {
+        if (count > 1024 && !large_case(dt, op, /*every_sum=*/false)) continue;
         const std::size_t bytes = count * dtype_size(dt);
         want.resize(count);
         for (std::size_t i = 0; i < count; ++i) {
@@ -74,7 +79,7 @@ void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
         plain.resize(bytes);
         for (std::size_t i = 0; i < count; ++i) store(dt, plain.data(), i, input(me, i, dt, op));
         if (!c.expect_ok(comm->global()->allreduce(plain.data(), count, dt, op, soon()),
-                         what + " (plain mpi)"))
+                         what + " (plain " + comm->global()->name() + ")"))
           return;
         for (int path = 0; path < 4; ++path) {
           void* region = comm->fusion_buffer(bytes);
@@ -97,7 +102,8 @@ void check_allreduce(hier::HierarchicalCommunicator* comm, Checker& c) {
             }
           }
           if (bytes > 0 && std::memcmp(buf, plain.data(), bytes) != 0)
-            c.fail(where + ": bytes differ from plain MPI's allreduce");
+            c.fail(where + ": bytes differ from the plain " + comm->global()->name() +
+                   " communicator's allreduce");
         }
       }
     }
@@ -154,14 +160,10 @@ int main(int argc, char** argv) {
   using namespace kolo::transport;
   const std::string mode = argc > 1 ? argv[1] : "check";
   const std::string arg = argc > 2 ? argv[2] : "";
-  const TransportFactory* factory = find_transport("mpi");
+  check::CheckJob job;  // outlives the communicator: it holds the job's store
+  Status s = check::open_check_job(&job);
   std::unique_ptr<Communicator> comm;
-  TransportContext context;  // as a job's: from the KOLO_* variables mpirun passed on
-  Status s = core::transport_context(core::process_env(), &context);
-  if (s.ok()) {
-    s = factory ? create_communicator(*factory, context, &comm)
-                : Internal("no mpi transport in this build");
-  }
+  if (s.ok()) s = create_communicator(*job.factory, job.context, &comm);
   if (!s.ok()) {
     std::printf("FAIL setup: %s\n", s.to_string().c_str());
     return 1;
@@ -185,13 +187,18 @@ int main(int argc, char** argv) {
     hier_check::run_bench(hier);
     return 0;
   }
+  if (comm->rank() == 0) {
+    std::printf("kolo_hier_check: %d ranks, hierarchical over %s\n", comm->size(),
+                job.transport.c_str());
+  }
   check::Checker c(comm.get(), std::chrono::seconds(60));
-  hier_check::check_topology(comm.get(), context.test_hosts, c);
+  hier_check::check_topology(comm.get(), job.context.test_hosts, c);
   c.end_group("hierarchical topology follows KOLO_TEST_HOSTS");
   hier_check::check_allreduce(hier, c);
   c.end_group(
-      "hierarchical allreduce: every dtype x op x size, copy / zero-copy / mixed / switched "
-      "off, = plain MPI");
+      "hierarchical allreduce: every dtype x op, edge and large sizes, copy / zero-copy / mixed / "
+      "switched "
+      "off, = plain base");
   hier_check::check_others(comm.get(), c);
   c.end_group("hierarchical broadcast, control_and, barrier, allgatherv (delegated)");
   return c.failures() ? 1 : 0;

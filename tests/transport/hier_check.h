@@ -24,7 +24,7 @@ inline Deadline soon() { return Clock::now() + std::chrono::seconds(60); }
 int run_kill_test(hier::HierarchicalCommunicator* comm, int victim);
 
 // Times 64 MiB float32 allreduces: hierarchical zero-copy (fusion buffer) and copy path,
-// kolo's MPI transport, and plain blocking MPI_Allreduce.
+// its two parts, and the flat base transport (mpi or gloo) alone.
 void run_bench(hier::HierarchicalCommunicator* comm);
 
 }  // namespace kolo::transport::hier_check

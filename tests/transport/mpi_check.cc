@@ -1,11 +1,12 @@
 // kolo_mpi_check: end-to-end check of the MPI transport, run under mpirun with 2-4 ranks.
 //
-// Checks every collective for every dtype, every reduce op and sizes from 0 to 2^20
-// elements against a reference computed here from deterministic per-rank inputs (small
-// integers, so every result is exact even in int8 and bfloat16), the control plane, and
-// argument errors. With --kill-test one rank exits without MPI_Finalize and the others
-// must get kPeerFailure naming it within a few seconds. --bench measures latencies.
-// Prints one PASS/FAIL line per group of cases; exits non-zero on any failure.
+// Checks every collective for every dtype and every reduce op, at sizes from 0 to 2^20 + 3
+// elements (collective_checks.cc: the large one for some pairs), against a reference
+// computed here from deterministic per-rank inputs (small integers, so every result is
+// exact even in int8 and bfloat16), the control plane, and argument errors. With
+// --kill-test one rank exits without MPI_Finalize and the others must get kPeerFailure
+// naming it within a few seconds. --bench measures latencies. Prints one PASS/FAIL line
+// per group of cases; exits non-zero on any failure.
 //
 //   mpirun -np 3 kolo_mpi_check [--app-init]   (--app-init: the program initializes MPI)
 //   mpirun --enable-recovery -np 3 kolo_mpi_check --kill-test [--kill-rank R]

@@ -1,18 +1,21 @@
-// kolo_shm_check: end-to-end check of the shm transport across real processes (mpirun).
+// kolo_shm_check: end-to-end check of the shm transport across real processes, over the
+// base transport KOLO_TRANSPORT names (check_job.h: mpi under mpirun, gloo under kolorun).
 //
-// Checks allreduce for every dtype x op x size (0, 1, 7, 1024, 2^20 and 3 * 2^20 + 5
-// elements; with KOLO_FUSION_THRESHOLD=1048576 the large ones take several chunks)
-// through the copy path, the fusion_buffer() zero-copy path and a mix of both, against a
-// reference computed here from deterministic small-integer inputs (exact in every dtype);
-// broadcast from every root, control_and, barrier and a delegated allgatherv.
-// Prints PASS/FAIL per group; exits non-zero on any failure.
+// Checks allreduce for every dtype x op at 0, 1, 7 and 1024 elements, and at 2^20 and
+// 3 * 2^20 + 5 for the pairs check::large_case() picks (with KOLO_FUSION_THRESHOLD=1048576
+// these take several chunks), through the copy path, the fusion_buffer() zero-copy path and a mix
+// of both, against a reference computed here from deterministic small-integer inputs (exact in
+// every dtype); broadcast from every root, control_and, barrier and a delegated allgatherv. Prints
+// PASS/FAIL per group; exits non-zero on any failure.
 //
-//   mpirun -np 3 kolo_shm_check                          correctness
+//   mpirun -np 3 kolo_shm_check                          correctness (over mpi)
+//   kolorun -np 3 kolo_shm_check                         correctness (over gloo)
 //   mpirun -np 2 kolo_shm_check --select shm|mpi         the transport table's choice
 //   mpirun --enable-recovery -np 3 kolo_shm_check --kill-rank 2
-//   mpirun -np 2 kolo_shm_check --bench
+//   kolorun --grace-seconds 30 -np 3 kolo_shm_check --kill-rank 2
+//   kolorun -np 2 kolo_shm_check --bench
 //
-// Not for: the runtime's semantics (tests/multiprocess), or running without mpirun.
+// Not for: the runtime's semantics (tests/multiprocess).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,10 +24,9 @@
 #include <vector>
 
 #include "check_harness.h"
+#include "check_job.h"
 #include "common/reduce.h"
-#include "core/launch_env.h"
 #include "shm_check.h"
-#include "transport/mpi/mpi_communicator.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/table.h"
 
@@ -40,6 +42,7 @@ void check_allreduce(Communicator* comm, Checker& c) {
   for (DataType dt : kDtypes) {
     for (ReduceOp op : kOps) {
       for (std::size_t count : kSizes) {
+        if (count > 1024 && !large_case(dt, op)) continue;
         const std::size_t bytes = count * dtype_size(dt);
         want.resize(count);
         for (std::size_t i = 0; i < count; ++i) {
@@ -121,20 +124,18 @@ void check_others(Communicator* comm, Checker& c) {
   }
 }
 
-int run_select(const std::string& expect) {
-  const TransportFactory* t = find_transport("mpi");
+// The transport table's choice over the job's base (as kolo::init() makes it).
+int run_select(const check::CheckJob& job, const std::string& expect) {
   std::unique_ptr<Communicator> comm;
-  TransportContext context;  // as a job's: from the KOLO_* variables mpirun passed on
-  Status s = core::transport_context(core::process_env(), &context);
-  if (s.ok())
-    s = t ? create_communicator(*t, context, &comm) : Internal("no mpi transport in this build");
+  const Status s = create_communicator(*job.factory, job.context, &comm);
   if (!s.ok()) {
     std::printf("FAIL select: %s\n", s.to_string().c_str());
     return 1;
   }
   const bool ok = expect == comm->name();
-  std::printf("%s [rank %d] select: the transport table chose %s (expected %s)\n",
-              ok ? "PASS" : "FAIL", comm->rank(), comm->name(), expect.c_str());
+  std::printf("%s [rank %d] select: the transport table chose %s over %s (expected %s)\n",
+              ok ? "PASS" : "FAIL", comm->rank(), comm->name(), job.transport.c_str(),
+              expect.c_str());
   return ok ? 0 : 1;
 }
 
@@ -149,16 +150,25 @@ int main(int argc, char** argv) {
     mode = argv[1], arg = argv[2];
   else if (argc > 1)
     mode = argv[1];
-  if (mode == "--select") return shm_check::run_select(arg);
-
-  std::unique_ptr<Communicator> comm;
-  TransportContext context;
-  Status s = core::transport_context(core::process_env(), &context);
-  if (s.ok()) s = create_mpi_communicator(&comm);
-  if (s.ok()) s = wrap_in_shm(comm, shm_options(context.shm, context.fusion_threshold_bytes));
+  check::CheckJob job;  // outlives the communicator: it holds the job's store
+  Status s = check::open_check_job(&job);
   if (!s.ok()) {
     std::printf("FAIL setup: %s\n", s.to_string().c_str());
     return 1;
+  }
+  if (mode == "--select") return shm_check::run_select(job, arg);
+
+  std::unique_ptr<Communicator> comm;
+  s = job.factory->create(job.context, &comm);
+  if (s.ok()) {
+    s = wrap_in_shm(comm, shm_options(job.context.shm, job.context.fusion_threshold_bytes));
+  }
+  if (!s.ok()) {
+    std::printf("FAIL setup: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  if (comm->rank() == 0) {
+    std::printf("kolo_shm_check: %d ranks, shm over %s\n", comm->size(), job.transport.c_str());
   }
   if (mode == "--kill-rank") return shm_check::run_kill_test(comm.get(), std::stoi(arg));
   if (mode == "--bench") {
@@ -167,7 +177,8 @@ int main(int argc, char** argv) {
   }
   check::Checker c(comm.get(), std::chrono::seconds(30));
   shm_check::check_allreduce(comm.get(), c);
-  c.end_group("shm allreduce: every dtype x op x size, copy / zero-copy / mixed paths");
+  c.end_group(
+      "shm allreduce: every dtype x op, edge and large sizes, copy / zero-copy / mixed paths");
   shm_check::check_others(comm.get(), c);
   c.end_group("shm broadcast, control_and, barrier, allgatherv");
   return c.failures() ? 1 : 0;

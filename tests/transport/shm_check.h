@@ -17,7 +17,7 @@ inline Deadline soon() { return Clock::now() + std::chrono::seconds(30); }
 int run_kill_test(Communicator* comm, int victim);
 
 // Times 64 MiB float32 allreduces at the communicator's rank count: shm zero-copy (the
-// fusion buffer), shm copy path, the MPI transport, and plain blocking MPI_Allreduce.
+// fusion buffer), shm copy path and the base transport alone (mpi or gloo).
 void run_bench(Communicator* comm);
 
 }  // namespace kolo::transport::shm_check

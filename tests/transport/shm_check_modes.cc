@@ -1,7 +1,6 @@
 // kolo_shm_check's --kill-rank and --bench modes (see shm_check.h).
 //
 // Not for: the correctness cases (shm_check.cc).
-#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "check_harness.h"
 #include "shm_check.h"
 #include "transport/shm/shm_internal.h"
 
@@ -51,11 +51,10 @@ int run_kill_test(Communicator* comm, int victim) {
   const double again_elapsed = duration<double>(Clock::now() - again_start).count();
 
   std::string problem;
-  const std::string named = "rank " + std::to_string(victim) + " did not take part";
   if (s.code() != ErrorCode::kPeerFailure)
     problem = "expected a peer failure";
-  else if (s.message().find(named) == std::string::npos)
-    problem = "the message does not say '" + named + "'";
+  else if (!check::names_dead_rank(s.message(), victim))
+    problem = "the message does not name rank " + std::to_string(victim) + " as the one gone";
   else if (elapsed > 5.0)
     problem = "took " + std::to_string(elapsed) + " s (the kill came after 0.2 s)";
   else if (again.code() != ErrorCode::kPeerFailure || again_elapsed > 0.01)
@@ -65,7 +64,7 @@ int run_kill_test(Communicator* comm, int victim) {
       problem.empty() ? "PASS" : "FAIL", me, victim, elapsed, calls, s.to_string().c_str(),
       problem.empty() ? "" : " -- ", problem.c_str());
   std::fflush(stdout);
-  // No MPI_Finalize: a rank is dead (the communicator already leaks MPI on purpose).
+  // No shutdown: a rank is dead (an MPI base leaks MPI on purpose; nothing waits for it).
   std::_Exit(problem.empty() ? 0 : 1);
 }
 
@@ -75,7 +74,10 @@ template <typename F>
 void time_it(Communicator* comm, const char* what, std::size_t bytes, int iterations, F f) {
   std::vector<double> s;
   for (int i = 0; i < iterations + 2; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (!comm->barrier(soon()).ok()) {
+      std::printf("[rank %d] %s: barrier failed\n", comm->rank(), what);
+      return;
+    }
     const auto t = Clock::now();
     if (!f()) {
       std::printf("[rank %d] %s failed\n", comm->rank(), what);
@@ -112,16 +114,13 @@ void run_bench(Communicator* comm) {
     return comm->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum, soon()).ok();
   });
   if (shm) {
-    time_it(comm, "mpi transport allreduce 64 MiB f32", bytes, iterations, [&] {
+    const std::string what = std::string(shm->base()->name()) + " transport allreduce 64 MiB f32";
+    time_it(comm, what.c_str(), bytes, iterations, [&] {
       return shm->base()
           ->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum, soon())
           .ok();
     });
   }
-  time_it(comm, "MPI_Allreduce 64 MiB f32 (blocking, in place)", bytes, iterations, [&] {
-    return MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                         MPI_COMM_WORLD) == MPI_SUCCESS;
-  });
   for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
     const std::size_t n16 = bytes / 2;
     if (void* region = comm->fusion_buffer(bytes)) {

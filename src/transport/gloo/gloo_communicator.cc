@@ -368,10 +368,13 @@ std::uint64_t GlooCommunicator::next_slot(int n) {
 
 Status GlooCommunicator::fail(const char* op, Clock::time_point start, Deadline deadline,
                               const std::string& gloo_error, const std::string& cause) {
-  // Peers known to be gone explain most failures best; a cause that already says so
-  // (the watchdog's) stands alone.
+  // A peer that announced a failure (failure notices) shut its sockets down on purpose and
+  // may have exited since, its job done: its announcement explains, not its closed socket
+  // or its gone process. Else peers known to be gone explain most failures best. A cause
+  // that already says so (the watchdog's) stands alone.
   std::string why = cause;
-  const std::string gone = gone_peers(/*wait=*/false);
+  const std::string notice = announced_failure();
+  const std::string gone = notice.empty() ? gone_peers(/*wait=*/false) : notice;
   if (!gone.empty() && why.find(gone) == std::string::npos)
     why = why.empty() ? gone : gone + "; " + why;
   if (why.empty()) {

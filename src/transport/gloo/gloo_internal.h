@@ -80,6 +80,10 @@ struct World {
   std::string my_host;
   std::int64_t exits_at_start = 0;  // launcher/exits when the world was made
   std::unique_ptr<Watchdog> watchdog;
+  // Where the failure notices live once create_failure_notices() made them (null before),
+  // and how this rank's own announcement there begins ("rank 3 reported: ").
+  std::shared_ptr<rendezvous::Store> notice_store;
+  std::string own_notice;
   // Every live communicator of this world (to shut all sockets down on announce()).
   std::mutex comms_mu;
   std::vector<GlooCommunicator*> comms;
@@ -127,6 +131,8 @@ class GlooCommunicator final : public Communicator {
   // Members whose process is gone or whose exit the launcher announced, as a sentence
   // ("" when none). With `wait`, waits up to 2 s for a launcher notice (launcher_notices).
   std::string gone_peers(bool wait);
+  // Another rank's failure notice ("rank 1 reported: ..."), or "" when none was announced.
+  std::string announced_failure();
   // shutdown(SHUT_RDWR) on every socket of this communicator's context.
   void shutdown_sockets();
   const std::shared_ptr<World>& world() const { return world_; }
@@ -150,6 +156,9 @@ class GlooCommunicator final : public Communicator {
               const std::string& gloo_error, const std::string& cause);
   Status check_usable(const char* op) const;
   std::string where(const char* op) const;
+  // reducescatter's ring (gloo_ops.cc), inside guarded(): throws what gloo throws.
+  Status ring_reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                            DataType dtype, ReduceOp op, Deadline deadline);
   // gloo's timeout for a call bounded by `deadline`: the time left, at least 1 ms.
   std::chrono::milliseconds timeout(Deadline deadline) const;
   std::uint32_t next_tag() { return ++tag_; }

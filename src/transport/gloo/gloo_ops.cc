@@ -7,10 +7,8 @@
 //   allgatherv     gloo::allgatherv on bytes
 //   broadcast      gloo::broadcast on bytes
 //   alltoallv      gloo::alltoallv on bytes
-//   reducescatter  Debian's gloo has no reduce-scatter function: an allreduce of the whole
-//                  input in a scratch buffer, then this rank's block is copied out (twice
-//                  the traffic of a real reduce-scatter; a ring over unbound buffers would
-//                  halve it)
+//   reducescatter  a ring over unbound buffers (Debian's gloo has no reduce-scatter
+//                  function), with kolo's reduce kernels: see reducescatter() below
 //   barrier        gloo::barrier
 //
 // Every call runs through guarded() (gloo_internal.h): gloo's timeout is the deadline's
@@ -23,6 +21,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -191,22 +190,81 @@ Status GlooCommunicator::reducescatter(const void* send, void* recv,
     return InvalidArgument(where("reducescatter") + ": counts has " +
                            std::to_string(counts.size()) + " entries, expected one per rank");
   }
-  std::size_t total = 0, offset = 0;
+  std::size_t total = 0;
   for (std::size_t r = 0; r < counts.size(); ++r) {
     if (counts[r] > static_cast<std::size_t>(INT_MAX)) {
       return InvalidArgument(where("reducescatter") + ": counts[" + std::to_string(r) + "] is " +
                              std::to_string(counts[r]) + " elements; at most " +
                              std::to_string(INT_MAX) + " per rank (split the tensor)");
     }
-    if (r < static_cast<std::size_t>(rank())) offset += counts[r];
     total += counts[r];
   }
   if (total == 0) return Status::OK();  // counts are the same on every rank
   const std::size_t element = dtype_size(dtype);
-  scratch_.resize(total * element);
-  std::memcpy(scratch_.data(), send, total * element);
-  KOLO_RETURN_IF_ERROR(allreduce(scratch_.data(), total, dtype, op, deadline));
-  std::memmove(recv, scratch_.data() + offset * element, counts[rank()] * element);
+  if (size() == 1) {
+    std::memmove(recv, send, total * element);
+    return Status::OK();
+  }
+  return guarded("reducescatter", deadline,
+                 [&] { return ring_reducescatter(send, recv, counts, dtype, op, deadline); });
+}
+
+// The ring: n - 1 steps. In step s, rank r sends its partial result of block
+// (r - s - 1) mod n to rank r + 1 and receives rank r - 1's partial of block
+// (r - s - 2) mod n, which it folds its own contribution into. A partial thus travels
+// the ring gathering one contribution per hop, and after the last step rank r holds the
+// whole result of block r (received from r - 1 with n - 1 contributions, plus its own).
+// Step 0 sends straight from `send`; later steps send the block received (and reduced)
+// in the step before, from one of two scratch halves that take turns, so a send is
+// complete before its half receives again. Each rank sends and receives (n - 1) / n of
+// the input once (an allreduce moves twice that). Empty blocks are skipped by
+// both neighbours alike (every rank has the same counts). `recv` is written only at the
+// end, after the last read of `send` but the own block's (a memmove), so it may alias
+// `send`. Each step is one slot; every wait is bounded by the deadline.
+Status GlooCommunicator::ring_reducescatter(const void* send, void* recv,
+                                            const std::vector<std::size_t>& counts, DataType dtype,
+                                            ReduceOp op, Deadline deadline) {
+  const int n = size(), me = rank();
+  const std::size_t element = dtype_size(dtype);
+  std::vector<std::size_t> offset(counts.size() + 1, 0);  // in bytes
+  std::size_t largest = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    offset[r + 1] = offset[r] + counts[r] * element;
+    largest = std::max(largest, counts[r] * element);
+  }
+  auto bytes_of = [&](int block) { return counts[block] * element; };
+  auto* input = static_cast<char*>(const_cast<void*>(send));
+  scratch_.resize(2 * largest);
+  auto in = context_->createUnboundBuffer(input, offset[n]);
+  std::unique_ptr<::gloo::transport::UnboundBuffer> half[2] = {
+      context_->createUnboundBuffer(scratch_.data(), largest),
+      context_->createUnboundBuffer(scratch_.data() + largest, largest)};
+  const int right = (me + 1) % n, left = (me + n - 1) % n;
+  const std::uint64_t slot = next_slot(n - 1);
+  for (int s = 0; s < n - 1; ++s) {
+    const int out_block = ((me - s - 1) % n + n) % n;
+    const int in_block = ((me - s - 2) % n + n) % n;
+    ::gloo::transport::UnboundBuffer* out = nullptr;
+    if (bytes_of(out_block) > 0) {
+      out = s == 0 ? in.get() : half[(s + 1) % 2].get();
+      out->send(right, slot + s, s == 0 ? offset[out_block] : 0, bytes_of(out_block));
+    }
+    ::gloo::transport::UnboundBuffer* got = half[s % 2].get();
+    bool done = true;
+    if (bytes_of(in_block) > 0) {
+      got->recv(left, slot + s, 0, bytes_of(in_block));
+      done = got->waitRecv(timeout(deadline));
+    }
+    if (done && out != nullptr) done = out->waitSend(timeout(deadline));
+    if (!done) return PeerFailure("step " + std::to_string(s) + " of the ring was aborted");
+    if (bytes_of(in_block) == 0) continue;
+    const char* own = input + offset[in_block];
+    if (s == n - 2) {  // in_block is this rank's: the result
+      gloo_reduce(recv, own, got->ptr, counts[in_block], dtype, op);
+    } else {
+      reduce_into(got->ptr, own, counts[in_block], dtype, op);
+    }
+  }
   return Status::OK();
 }
 

@@ -8,7 +8,7 @@
 //   - failure notices over the store (create_failure_notices): announce() is one
 //     compare_set of the world's "notice" key (the first announcement stays), then this
 //     rank shuts every socket of its world down; received() is a try_get at most every
-//     20 ms.
+//     20 ms; fail() quotes another rank's announcement (announced_failure()) first.
 //
 // gloo's calls block, so set_interrupt's function is called from the watchdog's thread
 // while the owning thread waits inside gloo (never at the same time as that thread's own
@@ -196,7 +196,18 @@ class GlooNotices final : public FailureNotices {
 Status GlooCommunicator::create_failure_notices(std::unique_ptr<FailureNotices>* out) {
   KOLO_RETURN_IF_ERROR(check_usable("create_failure_notices"));
   *out = std::make_unique<GlooNotices>(world_, store_, rank());
+  world_->notice_store = store_;
+  world_->own_notice = "rank " + std::to_string(rank()) + " reported: ";
   return Status::OK();
+}
+
+std::string GlooCommunicator::announced_failure() {
+  const World& w = *world_;
+  if (w.notice_store == nullptr) return "";
+  std::string text;
+  bool found = false;
+  if (!w.notice_store->try_get("notice", &text, &found).ok() || !found) return "";
+  return text.rfind(w.own_notice, 0) == 0 ? "" : text;
 }
 
 }  // namespace kolo::transport::gloo_impl
