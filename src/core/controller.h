@@ -29,8 +29,11 @@ namespace kolo::core {
 
 class Controller {
  public:
-  // `comm` must outlive the controller (it removes its wait observer from it).
-  Controller(const Config& config, transport::Communicator* comm);
+  // `comm` must outlive the controller (it removes its wait observer from it). A process
+  // set other than the global one passes its id and its members' global ranks (by set
+  // rank), so that warnings and error responses name the ranks of the job.
+  Controller(const Config& config, transport::Communicator* comm, int set_id = 0,
+             std::vector<int> members = {});
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -83,10 +86,16 @@ class Controller {
   // Names of this rank's requests that wait for negotiation ("'a', 'b'", at most 5).
   std::string pending_names() const;
   void renegotiate_hit(int bit);
+  // Set ranks as the job's ranks (the identity for the global set).
+  std::vector<int> job_ranks(const std::vector<int>& set_ranks) const;
   transport::Deadline deadline() const;
 
   const Config& config_;
   transport::Communicator* comm_;
+  const int set_id_;
+  const std::vector<int> members_;  // empty for the global set
+  // "process set 2 (ranks 1, 3 of the job as its ranks 0, 1): ", or "" for the global set.
+  const std::string set_prefix_;
   const int words_;       // 64-bit words per cache bit vector
   const int rank_words_;  // 64-bit words per bit vector of ranks
   ResponseCache cache_;
