@@ -140,7 +140,8 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
   }
 }
 
-Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave) {
+Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave,
+                                  bool busy_elsewhere) {
   const bool want_shutdown = leave != Leave::kNo;
   Cycle cycle;
   const auto now = Clock::now();
@@ -153,6 +154,7 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave
   if (want_shutdown) flags |= kShutdown;
   if (joined_) flags |= kJoined;
   if (!abort_message_.empty() || has_proposal_) flags |= kCoordinator;
+  if (busy_elsewhere) flags |= kBusyElsewhere;
   // [~flags | hit bits | ~invalid bits | ~ranks calling shutdown() | ~ranks exiting]:
   // inverted parts come out of the AND as the OR over ranks.
   const std::size_t leave_at = 1 + 2 * static_cast<std::size_t>(words_);

@@ -51,7 +51,9 @@ class Controller {
     bool has_tunables = false;        // switch to `tunables` after executing `responses`
     Tunables tunables;
   };
-  Cycle run(std::vector<Request> new_requests, Leave leave);
+  // `busy_elsewhere`: this rank has work in another process set; every rank's cycle is
+  // then not idle (so timer-paced ranks that are not in that set keep up with it).
+  Cycle run(std::vector<Request> new_requests, Leave leave, bool busy_elsewhere = false);
 
   // Coordinator (rank 0) only: announce new tunables to every rank with the next cycle
   // (which then takes the slow path).
@@ -72,7 +74,13 @@ class Controller {
     Request request;
     Clock::time_point since;
   };
-  enum Flag : std::uint64_t { kUncached = 1, kShutdown = 2, kJoined = 4, kCoordinator = 8 };
+  enum Flag : std::uint64_t {
+    kUncached = 1,
+    kShutdown = 2,
+    kJoined = 4,
+    kCoordinator = 8,
+    kBusyElsewhere = 16,
+  };
 
   void sort_new(std::vector<Request> requests, Clock::time_point now,
                 std::vector<std::uint64_t>* invalid);

@@ -346,6 +346,9 @@ struct Runtime::Loop {
   Pacer pacer;
   std::chrono::steady_clock::duration peer_timeout{};
   bool must_cycle = false;  // a controller has news for the next cycle (bell only)
+  // A set other than the global one was busy in the last cycle: the next global cycle
+  // says so to every rank, so that timer-paced ranks outside the set do not back off.
+  bool sets_busy = false;
   Status fatal;
   bool shutdown = false;
   std::vector<int> shutdown_ranks, exited_ranks;  // who stopped, for the pending ops' error
@@ -427,8 +430,17 @@ bool Runtime::run_cycle(Loop& loop) {
       work.requests.erase(mine);
     }
     // Only the global set carries shutdown: every rank learns of it there, in one cycle.
+    // It also tells every rank when this one has work in another set (see Loop::sets_busy).
+    const bool global = id == kGlobalProcessSet;
+    bool busy_elsewhere = false;
+    if (global) {
+      busy_elsewhere = loop.sets_busy;
+      for (const auto& [set_id, reqs] : work.requests) busy_elsewhere |= !reqs.empty();
+      loop.sets_busy = false;
+    }
     Controller::Cycle cycle = controller.run(
-        std::move(requests), id == kGlobalProcessSet ? leave : Controller::Leave::kNo);
+        std::move(requests), global ? leave : Controller::Leave::kNo, busy_elsewhere);
+    if (!global) loop.sets_busy |= !cycle.idle || !cycle.responses.empty();
     const auto responded = std::chrono::steady_clock::now();
     if (timeline) {
       mark_first_cycle(work.taken, responded);
