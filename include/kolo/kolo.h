@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kolo/error.h"
@@ -27,9 +28,32 @@
 
 namespace kolo {
 
-// The process set of all ranks. Process sets (subsets of ranks with their own
-// negotiation) are part of the runtime's design; only the global one is exposed so far.
+// --- process sets ------------------------------------------------------------------------
+// A process set is a subset of the job's ranks that runs collectives among themselves, with
+// its own negotiation and response cache, concurrently with other sets (Horovod's dynamic
+// process sets). Every collective's `process_set` option takes a set's id(); the default
+// is the global set of all ranks. docs/process_sets.md has the details.
 inline constexpr int kGlobalProcessSet = 0;
+
+// What add_process_set returned (or global_process_set()): a plain value, cheap to copy.
+// Removing the set does not change copies; operations on a removed set fail.
+class ProcessSet {
+ public:
+  ProcessSet() = default;  // no set: id() is -1
+  ProcessSet(int id, std::vector<int> ranks, int rank)
+      : id_(id), ranks_(std::move(ranks)), rank_(rank) {}
+
+  int id() const { return id_; }                            // pass as the `process_set` option
+  const std::vector<int>& ranks() const { return ranks_; }  // the job's ranks, ascending
+  int size() const { return static_cast<int>(ranks_.size()); }
+  int rank() const { return rank_; }  // this process's index in ranks(); -1 if not a member
+  bool included() const { return rank_ >= 0; }
+
+ private:
+  int id_ = -1;
+  std::vector<int> ranks_;
+  int rank_ = -1;
+};
 
 struct AllreduceOptions {
   std::string name = {};             // "" = deterministic "allreduce.noname.<n>"
@@ -67,6 +91,9 @@ struct ReducescatterOptions {
   int process_set = kGlobalProcessSet;
 };
 
+// Every `process_set` field: the id() of a ProcessSet this rank is a member of (only its
+// members submit operations on it; the others get kolo::Error at once). Ranks, roots and
+// splits in the options are ranks of that set (ProcessSet::rank()), as in Horovod.
 struct BarrierOptions {
   int process_set = kGlobalProcessSet;
 };
@@ -134,7 +161,8 @@ Handle reducescatter_async(const TensorView& input, const ReducescatterOptions& 
 Tensor reducescatter(const TensorView& input, const ReducescatterOptions& options = {});
 
 // Returns once every rank of the process set has reached the barrier (ranks that have
-// joined take part implicitly). One barrier per rank may be in flight at a time.
+// joined take part implicitly). One barrier per rank and process set may be in flight at
+// a time.
 Handle barrier_async(const BarrierOptions& options = {});
 void barrier(const BarrierOptions& options = {});
 
@@ -143,9 +171,27 @@ void barrier(const BarrierOptions& options = {});
 // divide by the full size), +inf / the type's largest value for min, -inf / the lowest for
 // max, 1 for product.
 // Allgather, broadcast, alltoall and reducescatter fail while a rank has joined.
-// Returns the last rank to join, the same on every rank.
+// Returns the last rank to join, the same on every rank. join() is for the global set only
+// (as in Horovod): operations on other process sets need every member of that set.
 Handle join_async();
 int join();
+
+// --- process sets (see the top of this file) ---------------------------------------------
+
+// The set of all ranks (id kGlobalProcessSet).
+ProcessSet global_process_set();
+// Registers a process set of `ranks` (ranks of the job, in any order: they are sorted, as
+// Horovod does; no repeats). Collective: every rank of the job calls it, non-members too,
+// with the same ranks, and all ranks make their add/remove calls in the same order. Blocks
+// until every rank has made the call; ids count up from 1 and are never reused. Throws
+// kolo::Error on every rank when the ranks differ between ranks (kMismatch, naming each
+// rank's list), are empty, out of range or repeated, when a set of these ranks already
+// exists, or while a rank has joined (kInvalidArgument).
+ProcessSet add_process_set(std::vector<int> ranks);
+// Removes a set: collective like add_process_set. Operations still pending on it fail
+// (naming the set), later ones are refused. Throws kolo::Error (kInvalidArgument) for
+// the global set and for a set that does not exist (any more).
+void remove_process_set(const ProcessSet& set);
 
 // --- timeline ---------------------------------------------------------------------------
 

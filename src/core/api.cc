@@ -203,6 +203,12 @@ int join() {
   return h.last_joined_rank();
 }
 
+ProcessSet global_process_set() { return core::ops::global_process_set(*current()); }
+ProcessSet add_process_set(std::vector<int> ranks) {
+  return core::ops::add_process_set(*current(), std::move(ranks));
+}
+void remove_process_set(const ProcessSet& set) { core::ops::remove_process_set(*current(), set); }
+
 void start_timeline(const std::string& path, bool mark_cycles) {
   current()->start_timeline(path, mark_cycles).throw_if_error();
 }

@@ -16,11 +16,25 @@ bool test_bit(const std::vector<std::uint64_t>& w, std::size_t offset, int bit) 
 void set_bit(std::vector<std::uint64_t>& w, std::size_t offset, int bit) {
   w[offset + bit / 64] |= std::uint64_t{1} << (bit % 64);
 }
+std::string set_prefix(int set_id, const std::vector<int>& members) {
+  if (members.empty()) return "";
+  std::vector<int> own(members.size());
+  for (std::size_t i = 0; i < own.size(); ++i) own[i] = static_cast<int>(i);
+  std::string as = ranks_string(own);
+  as = as.substr(as.find(' ') + 1);  // "ranks 0, 1" -> "0, 1"
+  return "process set " + std::to_string(set_id) + " (" + ranks_string(members) +
+         " of the job as its " + (members.size() == 1 ? "rank " : "ranks ") + as + "): ";
+}
+
 }  // namespace
 
-Controller::Controller(const Config& config, transport::Communicator* comm)
+Controller::Controller(const Config& config, transport::Communicator* comm, int set_id,
+                       std::vector<int> members)
     : config_(config),
       comm_(comm),
+      set_id_(set_id),
+      members_(std::move(members)),
+      set_prefix_(set_prefix(set_id_, members_)),
       words_((config.cache_capacity + 63) / 64),
       rank_words_((comm->size() + 63) / 64),
       cache_(config.cache_capacity),
@@ -37,6 +51,15 @@ Controller::Controller(const Config& config, transport::Communicator* comm)
 
 Controller::~Controller() {
   if (comm_->rank() == 0 && config_.stall_check_seconds > 0) comm_->set_wait_observer({});
+}
+
+std::vector<int> Controller::job_ranks(const std::vector<int>& set_ranks) const {
+  if (members_.empty()) return set_ranks;
+  std::vector<int> out;
+  for (int r : set_ranks) {
+    out.push_back(r >= 0 && r < static_cast<int>(members_.size()) ? members_[r] : r);
+  }
+  return out;
 }
 
 std::string Controller::pending_names() const {
@@ -61,15 +84,18 @@ void Controller::warn_waiting(transport::Clock::duration waited, const std::vect
   if (seconds < std::min(config_.stall_check_seconds, config_.peer_timeout_seconds / 2)) return;
   if (last_wait_warning_ != Clock::time_point{} && now - last_wait_warning_ < period) return;
   last_wait_warning_ = now;
-  const std::string who =
-      missing.empty() ? "some rank (this transport cannot tell which)" : ranks_string(missing);
-  KOLO_LOG(kWarning, "stall") << "rank 0 has waited " << static_cast<int>(seconds)
+  const std::string who = missing.empty() ? "some rank (this transport cannot tell which)"
+                                          : ranks_string(job_ranks(missing));
+  KOLO_LOG(kWarning, "stall") << set_prefix_ << "rank " << (members_.empty() ? 0 : members_[0])
+                              << " has waited " << static_cast<int>(seconds)
                               << " s in negotiation for " << who
                               << ", which take no part at all: stopped (SIGSTOP, a debugger), "
                                  "hung outside kolo, or on another machine that is unreachable. "
-                                 "Tensors of rank 0 waiting: "
-                              << pending_names() << ". They are reported dead after "
-                              << config_.peer_timeout_seconds << " s (KOLO_PEER_TIMEOUT_SECONDS).";
+                                 "Tensors of rank "
+                              << (members_.empty() ? 0 : members_[0])
+                              << " waiting: " << pending_names()
+                              << ". They are reported dead after " << config_.peer_timeout_seconds
+                              << " s (KOLO_PEER_TIMEOUT_SECONDS).";
 }
 
 transport::Deadline Controller::deadline() const {
@@ -114,7 +140,8 @@ void Controller::sort_new(std::vector<Request> requests, Clock::time_point now,
   }
 }
 
-Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave) {
+Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave,
+                                  bool busy_elsewhere) {
   const bool want_shutdown = leave != Leave::kNo;
   Cycle cycle;
   const auto now = Clock::now();
@@ -127,6 +154,7 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave
   if (want_shutdown) flags |= kShutdown;
   if (joined_) flags |= kJoined;
   if (!abort_message_.empty() || has_proposal_) flags |= kCoordinator;
+  if (busy_elsewhere) flags |= kBusyElsewhere;
   // [~flags | hit bits | ~invalid bits | ~ranks calling shutdown() | ~ranks exiting]:
   // inverted parts come out of the AND as the OR over ranks.
   const std::size_t leave_at = 1 + 2 * static_cast<std::size_t>(words_);
@@ -240,6 +268,11 @@ Status Controller::slow_path(Clock::time_point now, ResponseList* list) {
       list->abort_message = bad.message();
     } else {
       list->responses = table_.take_ready();
+      if (!set_prefix_.empty()) {
+        for (auto& r : list->responses) {
+          if (r.is_error()) r.error = set_prefix_ + r.error;
+        }
+      }
     }
     if (!abort_message_.empty() && bad.ok()) {
       list->abort_code = ErrorCode::kStalled;
@@ -298,20 +331,21 @@ void Controller::check_stalls(Clock::time_point now) {
       continue;
     }
     still_warned[s.name] = now;
-    KOLO_LOG(kWarning, "stall") << "tensor '" << s.name << "' was submitted by "
-                                << ranks_string(s.submitted) << " but not by "
-                                << ranks_string(s.missing) << " for " << static_cast<int>(s.seconds)
-                                << " s. " << stall_advice();
+    KOLO_LOG(kWarning, "stall") << set_prefix_ << "tensor '" << s.name << "' was submitted by "
+                                << ranks_string(job_ranks(s.submitted)) << " but not by "
+                                << ranks_string(job_ranks(s.missing)) << " for "
+                                << static_cast<int>(s.seconds) << " s. " << stall_advice();
   }
   warned_ = std::move(still_warned);
   if (config_.stall_shutdown_seconds > 0 && abort_message_.empty()) {
     const auto stalled = table_.stalls(now, config_.stall_shutdown_seconds);
     if (!stalled.empty()) {
       const auto& s = stalled.front();
-      abort_message_ = "stall shutdown after " + std::to_string(static_cast<int>(s.seconds)) +
+      abort_message_ = set_prefix_ + "stall shutdown after " +
+                       std::to_string(static_cast<int>(s.seconds)) +
                        " s (KOLO_STALL_SHUTDOWN_SECONDS): tensor '" + s.name +
-                       "' was submitted by " + ranks_string(s.submitted) + " but not by " +
-                       ranks_string(s.missing);
+                       "' was submitted by " + ranks_string(job_ranks(s.submitted)) +
+                       " but not by " + ranks_string(job_ranks(s.missing));
       if (stalled.size() > 1) {
         abort_message_ += " (and " + std::to_string(stalled.size() - 1) + " more stalled tensors)";
       }

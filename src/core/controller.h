@@ -29,8 +29,11 @@ namespace kolo::core {
 
 class Controller {
  public:
-  // `comm` must outlive the controller (it removes its wait observer from it).
-  Controller(const Config& config, transport::Communicator* comm);
+  // `comm` must outlive the controller (it removes its wait observer from it). A process
+  // set other than the global one passes its id and its members' global ranks (by set
+  // rank), so that warnings and error responses name the ranks of the job.
+  Controller(const Config& config, transport::Communicator* comm, int set_id = 0,
+             std::vector<int> members = {});
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -48,7 +51,9 @@ class Controller {
     bool has_tunables = false;        // switch to `tunables` after executing `responses`
     Tunables tunables;
   };
-  Cycle run(std::vector<Request> new_requests, Leave leave);
+  // `busy_elsewhere`: this rank has work in another process set; every rank's cycle is
+  // then not idle (so timer-paced ranks that are not in that set keep up with it).
+  Cycle run(std::vector<Request> new_requests, Leave leave, bool busy_elsewhere = false);
 
   // Coordinator (rank 0) only: announce new tunables to every rank with the next cycle
   // (which then takes the slow path).
@@ -69,7 +74,13 @@ class Controller {
     Request request;
     Clock::time_point since;
   };
-  enum Flag : std::uint64_t { kUncached = 1, kShutdown = 2, kJoined = 4, kCoordinator = 8 };
+  enum Flag : std::uint64_t {
+    kUncached = 1,
+    kShutdown = 2,
+    kJoined = 4,
+    kCoordinator = 8,
+    kBusyElsewhere = 16,
+  };
 
   void sort_new(std::vector<Request> requests, Clock::time_point now,
                 std::vector<std::uint64_t>* invalid);
@@ -83,10 +94,16 @@ class Controller {
   // Names of this rank's requests that wait for negotiation ("'a', 'b'", at most 5).
   std::string pending_names() const;
   void renegotiate_hit(int bit);
+  // Set ranks as the job's ranks (the identity for the global set).
+  std::vector<int> job_ranks(const std::vector<int>& set_ranks) const;
   transport::Deadline deadline() const;
 
   const Config& config_;
   transport::Communicator* comm_;
+  const int set_id_;
+  const std::vector<int> members_;  // empty for the global set
+  // "process set 2 (ranks 1, 3 of the job as its ranks 0, 1): ", or "" for the global set.
+  const std::string set_prefix_;
   const int words_;       // 64-bit words per cache bit vector
   const int rank_words_;  // 64-bit words per bit vector of ranks
   ResponseCache cache_;

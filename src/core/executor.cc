@@ -331,6 +331,10 @@ Status dispatch(transport::Communicator& comm, const Response& r, Entry* entry, 
     case OpType::kJoin:
       if (entry) entry->handle->last_joined_rank = r.last_joined;
       return Status::OK();
+    case OpType::kAddProcessSet:
+    case OpType::kRemoveProcessSet:
+      return Internal(std::string(op_name(r.op)) + " '" + r.name +
+                      "' reached the executor; the runtime applies process-set changes itself");
   }
   return Internal("unknown operation in response");
 }

@@ -28,6 +28,7 @@ struct HandleState {
   Tensor output;
   std::vector<std::int64_t> received_splits;
   int last_joined_rank = -1;
+  int process_set_id = -1;  // add_process_set: the new set's id
   Handle::Times times KOLO_GUARDED_BY(mu);
   // Memory the operation reads or writes, owned by an adapter: released with the last
   // reference to this state (after completion), so a caller may drop its Handle early.

@@ -22,6 +22,10 @@ const char* op_name(OpType op) {
       return "barrier";
     case OpType::kJoin:
       return "join";
+    case OpType::kAddProcessSet:
+      return "add_process_set";
+    case OpType::kRemoveProcessSet:
+      return "remove_process_set";
   }
   return "unknown-op";
 }
@@ -34,7 +38,7 @@ template <typename T>
 struct IsVector<std::vector<T>> : std::true_type {};
 
 // Enum fields arrive as bytes: values no enumerator has are corruption.
-bool in_range(OpType v) { return v <= OpType::kJoin; }
+bool in_range(OpType v) { return v <= OpType::kRemoveProcessSet; }
 bool in_range(DataType v) { return static_cast<int>(v) < kNumDataTypes; }
 bool in_range(DeviceKind v) { return v <= DeviceKind::kCUDA; }
 bool in_range(ReduceOp v) { return v <= ReduceOp::kProduct; }

@@ -27,6 +27,10 @@ enum class OpType : std::uint8_t {
   kReducescatter,
   kBarrier,
   kJoin,
+  // Process-set registration (kolo::add_process_set / remove_process_set), negotiated on
+  // the global set like any operation so that every rank agrees on it or gets its error.
+  kAddProcessSet,
+  kRemoveProcessSet,
 };
 const char* op_name(OpType op);
 
@@ -40,12 +44,14 @@ struct Request {
   DataType dtype = DataType::kFloat32;
   DeviceKind device = DeviceKind::kCPU;
   ReduceOp reduce_op = ReduceOp::kSum;
-  std::int32_t root = 0;
+  std::int32_t root = 0;  // broadcast; remove_process_set: the id of the set to remove
   double prescale = 1.0;
   double postscale = 1.0;
   DataType wire_dtype = DataType::kFloat32;  // allreduce: dtype on the wire (compression)
   std::vector<Shape> shapes;                 // one per tensor; grouped allreduce has several
-  std::vector<std::int64_t> splits;          // alltoall; empty = equal parts
+  // alltoall: rows sent to each rank (empty = equal parts); add_process_set: the new
+  // set's ranks, ascending.
+  std::vector<std::int64_t> splits;
 
   // Every field but `rank`, in wire order: what must agree for the response cache to
   // treat two requests as the same.
@@ -75,13 +81,14 @@ struct Response {
   DataType dtype = DataType::kFloat32;
   DeviceKind device = DeviceKind::kCPU;
   ReduceOp reduce_op = ReduceOp::kSum;
-  std::int32_t root = 0;
+  std::int32_t root = 0;  // broadcast; remove_process_set: the id of the set to remove
   double prescale = 1.0;
   double postscale = 1.0;
   DataType wire_dtype = DataType::kFloat32;  // allreduce: dtype on the wire (compression)
   std::vector<Shape> shapes;             // allreduce/broadcast/reducescatter (same on all ranks)
   std::vector<std::int64_t> first_dims;  // allgather: dim 0 of each rank
-  std::vector<std::int64_t> splits;      // alltoall: size x size, row r = rank r's splits
+  // alltoall: size x size, row r = rank r's splits; add_process_set: the set's ranks
+  std::vector<std::int64_t> splits;
   // allreduce/barrier: joined ranks, which take part with the op's identity
   std::vector<std::int32_t> joined_ranks;
   std::int32_t last_joined = -1;  // join

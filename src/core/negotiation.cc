@@ -141,6 +141,62 @@ std::string alltoall_splits(const std::vector<Request>& reqs, int size, const st
   return "";
 }
 
+// add_process_set / remove_process_set: every rank must name the same set; a new set's
+// ranks must be valid ranks of the job, ascending (the API sorts them), without repeats.
+Response process_set_response(const std::vector<Request>& reqs, int size, const std::string& what) {
+  const Request& first = reqs.front();
+  const std::string advice =
+      " Every rank must make the same kolo::add_process_set / remove_process_set calls, "
+      "with the same arguments, in the same order.";
+  Response resp;
+  resp.op = first.op;
+  resp.name = first.name;
+  if (first.op == OpType::kRemoveProcessSet) {
+    if (!all_same(reqs, [](const Request& r) { return r.root; })) {
+      return error(
+          first, ErrorCode::kMismatch,
+          "Mismatched process sets for " + what + ": " +
+              by_value(reqs, [](const Request& r) { return "set " + std::to_string(r.root); }) +
+              "." + advice);
+    }
+    if (first.root == 0) {
+      return error(first, ErrorCode::kInvalidArgument,
+                   what + ": the global process set (id 0) cannot be removed.");
+    }
+    resp.root = first.root;
+    return resp;
+  }
+  if (!all_same(reqs, [](const Request& r) { return r.splits; })) {
+    return error(first, ErrorCode::kMismatch,
+                 "Mismatched ranks for " + what + ": " +
+                     by_value(reqs, [](const Request& r) { return shape_string(r.splits); }) + "." +
+                     advice);
+  }
+  const std::vector<std::int64_t>& ranks = first.splits;
+  const std::string set = "process set " + shape_string(ranks);
+  if (ranks.empty()) {
+    return error(first, ErrorCode::kInvalidArgument,
+                 what + ": a process set needs at least one rank.");
+  }
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size) {
+      return error(first, ErrorCode::kInvalidArgument,
+                   what + ": " + set + " names rank " + std::to_string(ranks[i]) +
+                       ", but the job has " + std::to_string(size) + " ranks (0 to " +
+                       std::to_string(size - 1) + ").");
+    }
+    if (i > 0 && ranks[i] <= ranks[i - 1]) {
+      return error(
+          first, ErrorCode::kInvalidArgument,
+          what + ": " + set +
+              (ranks[i] == ranks[i - 1] ? " names rank " + std::to_string(ranks[i]) + " twice."
+                                        : " is not in ascending order (a corrupt message)."));
+    }
+  }
+  resp.splits = ranks;
+  return resp;
+}
+
 }  // namespace
 
 Response make_response(const std::vector<Request>& reqs,
@@ -189,8 +245,10 @@ Response make_response(const std::vector<Request>& reqs,
                  }) + ". Either every rank passes a CPU tensor or every rank a GPU tensor.");
   }
 
+  const bool set_op = first.op == OpType::kAddProcessSet || first.op == OpType::kRemoveProcessSet;
   const bool needs_all = first.op == OpType::kAllgather || first.op == OpType::kBroadcast ||
-                         first.op == OpType::kAlltoall || first.op == OpType::kReducescatter;
+                         first.op == OpType::kAlltoall || first.op == OpType::kReducescatter ||
+                         set_op;
   if (needs_all && !joined.empty()) {
     std::vector<int> j(joined.begin(), joined.end());
     std::sort(j.begin(), j.end());
@@ -199,6 +257,7 @@ Response make_response(const std::vector<Request>& reqs,
                      (j.size() == 1 ? " has" : " have") +
                      " joined: only allreduce and barrier take joined ranks into account.");
   }
+  if (set_op) return process_set_response(reqs, size, what);
 
   Response resp;
   resp.op = first.op;
@@ -301,6 +360,8 @@ Response make_response(const std::vector<Request>& reqs,
       resp.joined_ranks = joined;
       break;
     case OpType::kJoin:
+    case OpType::kAddProcessSet:  // process_set_response, above
+    case OpType::kRemoveProcessSet:
       break;
   }
   if (!msg.empty()) return error(first, ErrorCode::kMismatch, msg);

@@ -45,6 +45,63 @@ std::vector<Request> same(int n, OpType op = OpType::kAllreduce, Shape shape = {
   return ::testing::AssertionSuccess();
 }
 
+// Process-set registration: the coordinator checks the ranks every rank sent.
+TEST(MakeResponseTest, ProcessSetChanges) {
+  auto add = [](std::vector<std::vector<std::int64_t>> lists) {
+    std::vector<Request> reqs;
+    for (std::size_t r = 0; r < lists.size(); ++r) {
+      Request q = req(static_cast<int>(r), OpType::kAddProcessSet, {}, "kolo.process_set.0");
+      q.shapes.clear();
+      q.splits = lists[r];
+      reqs.push_back(q);
+    }
+    return reqs;
+  };
+  Response ok = make_response(add({{0, 2}, {0, 2}, {0, 2}}), {}, 3);
+  ASSERT_FALSE(ok.is_error()) << ok.error;
+  EXPECT_EQ(ok.op, OpType::kAddProcessSet);
+  EXPECT_EQ(ok.splits, (std::vector<std::int64_t>{0, 2}));
+  EXPECT_TRUE(is_error(make_response(add({{0, 1}, {0, 2}, {0, 2}}), {}, 3), ErrorCode::kMismatch,
+                       {"Mismatched ranks for add_process_set 'kolo.process_set.0': [0, 1] on "
+                        "rank 0; [0, 2] on ranks 1, 2.",
+                        "in the same order"}));
+  EXPECT_TRUE(is_error(make_response(add({{}, {}}), {}, 2), ErrorCode::kInvalidArgument,
+                       {"needs at least one rank"}));
+  EXPECT_TRUE(is_error(make_response(add({{1, 2}, {1, 2}}), {}, 2), ErrorCode::kInvalidArgument,
+                       {"process set [1, 2] names rank 2, but the job has 2 ranks (0 to 1)."}));
+  EXPECT_TRUE(is_error(make_response(add({{1, 1}, {1, 1}}), {}, 2), ErrorCode::kInvalidArgument,
+                       {"names rank 1 twice"}));
+  EXPECT_TRUE(is_error(make_response(add({{1, 0}, {1, 0}}), {}, 2), ErrorCode::kInvalidArgument,
+                       {"not in ascending order"}));
+  // A joined rank would not take part: refused like the other ops that need every rank.
+  EXPECT_TRUE(is_error(make_response(add({{0, 1}}), {1}, 2), ErrorCode::kInvalidArgument,
+                       {"cannot run while rank 1 has joined"}));
+  auto remove = [](std::vector<int> ids) {
+    std::vector<Request> reqs;
+    for (std::size_t r = 0; r < ids.size(); ++r) {
+      Request q = req(static_cast<int>(r), OpType::kRemoveProcessSet, {}, "kolo.process_set.1");
+      q.shapes.clear();
+      q.root = ids[r];
+      reqs.push_back(q);
+    }
+    return reqs;
+  };
+  Response removed = make_response(remove({3, 3}), {}, 2);
+  ASSERT_FALSE(removed.is_error()) << removed.error;
+  EXPECT_EQ(removed.root, 3);
+  EXPECT_TRUE(is_error(make_response(remove({3, 4}), {}, 2), ErrorCode::kMismatch,
+                       {"Mismatched process sets for remove_process_set",
+                        "set 3 on rank 0; set 4 "
+                        "on rank 1"}));
+  EXPECT_TRUE(is_error(make_response(remove({0, 0}), {}, 2), ErrorCode::kInvalidArgument,
+                       {"the global process set (id 0) cannot be removed"}));
+  // An add on one rank and a remove on another under the same name.
+  std::vector<Request> mixed = {add({{0}})[0], remove({0, 1})[1]};
+  mixed[0].name = mixed[1].name;
+  EXPECT_TRUE(is_error(make_response(mixed, {}, 2), ErrorCode::kMismatch,
+                       {"add_process_set on rank 0; remove_process_set on rank 1"}));
+}
+
 TEST(MakeResponseTest, MatchingAllreduceCarriesEverything) {
   auto reqs = same(3);
   for (auto& r : reqs) {

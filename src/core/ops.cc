@@ -6,8 +6,8 @@ namespace kolo::core::ops {
 
 namespace {
 
-std::string name_or_default(Runtime& runtime, const std::string& name, OpType op) {
-  return name.empty() ? runtime.default_name(op) : name;
+std::string name_or_default(Runtime& runtime, const std::string& name, OpType op, int process_set) {
+  return name.empty() ? runtime.default_name(op, process_set) : name;
 }
 
 Handle submit(Runtime& runtime, const Status& built, Request request,
@@ -24,36 +24,37 @@ Handle submit(Runtime& runtime, const Status& built, Request request,
 Handle allreduce(Runtime& runtime, const std::vector<TensorView>& inputs,
                  const std::vector<TensorView>& outputs, const AllreduceOptions& o, bool grouped) {
   Request r;
-  const Status s = allreduce_request(inputs, outputs, o, grouped,
-                                     name_or_default(runtime, o.name, OpType::kAllreduce), &r);
+  const Status s =
+      allreduce_request(inputs, outputs, o, grouped,
+                        name_or_default(runtime, o.name, OpType::kAllreduce, o.process_set), &r);
   return submit(runtime, s, std::move(r), inputs, outputs);
 }
 
 Handle allgather(Runtime& runtime, const TensorView& input, const AllgatherOptions& o) {
   Request r;
-  const Status s =
-      allgather_request(input, o, name_or_default(runtime, o.name, OpType::kAllgather), &r);
+  const Status s = allgather_request(
+      input, o, name_or_default(runtime, o.name, OpType::kAllgather, o.process_set), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 
 Handle broadcast(Runtime& runtime, const TensorView& tensor, const BroadcastOptions& o) {
   Request r;
-  const Status s =
-      broadcast_request(tensor, o, name_or_default(runtime, o.name, OpType::kBroadcast), &r);
+  const Status s = broadcast_request(
+      tensor, o, name_or_default(runtime, o.name, OpType::kBroadcast, o.process_set), &r);
   return submit(runtime, s, std::move(r), {tensor}, {tensor});
 }
 
 Handle alltoall(Runtime& runtime, const TensorView& input, const AlltoallOptions& o) {
   Request r;
-  const Status s =
-      alltoall_request(input, o, name_or_default(runtime, o.name, OpType::kAlltoall), &r);
+  const Status s = alltoall_request(
+      input, o, name_or_default(runtime, o.name, OpType::kAlltoall, o.process_set), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 
 Handle reducescatter(Runtime& runtime, const TensorView& input, const ReducescatterOptions& o) {
   Request r;
-  const Status s =
-      reducescatter_request(input, o, name_or_default(runtime, o.name, OpType::kReducescatter), &r);
+  const Status s = reducescatter_request(
+      input, o, name_or_default(runtime, o.name, OpType::kReducescatter, o.process_set), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 
@@ -64,5 +65,21 @@ Handle barrier(Runtime& runtime, const BarrierOptions& o) {
 }
 
 Handle join(Runtime& runtime) { return submit(runtime, Status::OK(), join_request(), {}, {}); }
+
+ProcessSet add_process_set(Runtime& runtime, std::vector<int> ranks) {
+  ProcessSet set;
+  runtime.add_process_set(std::move(ranks), &set).throw_if_error();
+  return set;
+}
+
+void remove_process_set(Runtime& runtime, const ProcessSet& set) {
+  runtime.remove_process_set(set.id()).throw_if_error();
+}
+
+ProcessSet global_process_set(Runtime& runtime) {
+  ProcessSet set;
+  runtime.process_set(kGlobalProcessSet, &set).throw_if_error();
+  return set;
+}
 
 }  // namespace kolo::core::ops

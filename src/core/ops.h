@@ -25,5 +25,9 @@ Handle reducescatter(Runtime& runtime, const TensorView& input,
                      const ReducescatterOptions& options);
 Handle barrier(Runtime& runtime, const BarrierOptions& options);
 Handle join(Runtime& runtime);
+// Process sets (collective over every rank of the runtime; see kolo.h).
+ProcessSet add_process_set(Runtime& runtime, std::vector<int> ranks);
+void remove_process_set(Runtime& runtime, const ProcessSet& set);
+ProcessSet global_process_set(Runtime& runtime);
 
 }  // namespace kolo::core::ops

@@ -1,5 +1,7 @@
 #include "core/request_builder.h"
 
+#include <algorithm>
+
 #include "common/convert.h"
 
 namespace kolo::core {
@@ -25,10 +27,12 @@ Status check_view(const TensorView& v, const std::string& what) {
   return Status::OK();
 }
 
+// Whether the set exists and this rank is in it is the runtime's check (Runtime::submit).
 Status check_process_set(int id, const std::string& what) {
-  if (id != kGlobalProcessSet) {
+  if (id < 0) {
     return InvalidArgument(what + ": process set " + std::to_string(id) +
-                           " does not exist (only the global set 0 is available)");
+                           " does not exist (ids are 0, the global set, and those "
+                           "kolo::add_process_set returned)");
   }
   return Status::OK();
 }
@@ -132,7 +136,10 @@ Status reducescatter_request(const TensorView& input, const ReducescatterOptions
 Status barrier_request(const BarrierOptions& o, Request* out) {
   TensorView none;
   none.shape = {0};
-  KOLO_RETURN_IF_ERROR(single(OpType::kBarrier, "barrier", none, o.process_set, out));
+  const std::string name = o.process_set == kGlobalProcessSet
+                               ? "barrier"
+                               : "barrier.set" + std::to_string(o.process_set);
+  KOLO_RETURN_IF_ERROR(single(OpType::kBarrier, name, none, o.process_set, out));
   out->shapes.clear();
   return Status::OK();
 }
@@ -141,6 +148,25 @@ Request join_request() {
   Request r;
   r.op = OpType::kJoin;
   r.name = "join";
+  return r;
+}
+
+Request add_process_set_request(std::vector<int> ranks, const std::string& name) {
+  std::sort(ranks.begin(), ranks.end());
+  Request r;
+  r.op = OpType::kAddProcessSet;
+  r.name = name;
+  r.process_set = kGlobalProcessSet;
+  r.splits.assign(ranks.begin(), ranks.end());
+  return r;
+}
+
+Request remove_process_set_request(int id, const std::string& name) {
+  Request r;
+  r.op = OpType::kRemoveProcessSet;
+  r.name = name;
+  r.process_set = kGlobalProcessSet;
+  r.root = id;
   return r;
 }
 

@@ -31,7 +31,13 @@ Status reducescatter_request(const TensorView& input, const ReducescatterOptions
                              const std::string& name, Request* out);
 // Barriers and joins have fixed names ("barrier", "join"): ranks that joined skip
 // barriers, so per-call names would drift apart between ranks.
+// The global set's barrier is "barrier"; set k's is "barrier.set<k>".
 Status barrier_request(const BarrierOptions& options, Request* out);
 Request join_request();
+// Process-set registration, negotiated on the global set under `name` (the same on every
+// rank: Runtime::next_set_change_name). add sorts `ranks` (as Horovod does); negotiation
+// checks that they are valid and the same on every rank.
+Request add_process_set_request(std::vector<int> ranks, const std::string& name);
+Request remove_process_set_request(int id, const std::string& name);
 
 }  // namespace kolo::core

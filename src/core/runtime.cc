@@ -11,6 +11,7 @@
 #include "core/controller.h"
 #include "core/executor.h"
 #include "core/fusion.h"
+#include "core/request_builder.h"
 
 namespace kolo::core {
 
@@ -66,13 +67,26 @@ void Runtime::shutdown(bool at_exit) {
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-std::string Runtime::default_name(OpType op) {
+std::string Runtime::default_name(OpType op, int process_set) {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::string(op_name(op)) + ".noname." + std::to_string(unnamed_counts_[op]++);
+  const std::string set =
+      process_set == kGlobalProcessSet ? "" : ".set" + std::to_string(process_set);
+  return std::string(op_name(op)) + set + ".noname." +
+         std::to_string(unnamed_counts_[{process_set, op}]++);
 }
 
 Status Runtime::submit(Request request, std::vector<TensorView> inputs,
                        std::vector<TensorView> outputs, Handle* handle) {
+  std::shared_ptr<detail::HandleState> state;
+  KOLO_RETURN_IF_ERROR(
+      submit_entry(std::move(request), std::move(inputs), std::move(outputs), &state));
+  *handle = Handle(std::move(state));
+  return Status::OK();
+}
+
+Status Runtime::submit_entry(Request request, std::vector<TensorView> inputs,
+                             std::vector<TensorView> outputs,
+                             std::shared_ptr<detail::HandleState>* state) {
   auto entry = std::make_shared<Entry>();
   entry->handle = std::make_shared<detail::HandleState>();
   entry->handle->name = request.name;
@@ -104,7 +118,25 @@ Status Runtime::submit(Request request, std::vector<TensorView> inputs,
                       std::to_string(topology_.rank) +
                       "; wait for its handle before reusing the name, or choose another name");
   }
+  // A process set's negotiation numbers its members 0..n-1.
   request.rank = topology_.rank;
+  if (request.process_set != kGlobalProcessSet) {
+    const int id = request.process_set;
+    const auto set = sets_.find(id);
+    if (set == sets_.end()) {
+      return InvalidArgument(
+          what() + ": process set " + std::to_string(id) +
+          (id < next_set_id_ ? " was removed (kolo::remove_process_set)"
+                             : " does not exist (pass an id that kolo::add_process_set returned)"));
+    }
+    if (set->second.rank < 0) {
+      return InvalidArgument(what() + ": rank " + std::to_string(topology_.rank) +
+                             " is not a member of process set " + std::to_string(id) + " (" +
+                             ranks_string(set->second.ranks) +
+                             "); only its members may submit operations on it");
+    }
+    request.rank = set->second.rank;
+  }
   entry->request = request;
   entry->inputs = std::move(inputs);
   entry->outputs = std::move(outputs);
@@ -113,7 +145,48 @@ Status Runtime::submit(Request request, std::vector<TensorView> inputs,
     table_.erase(it);
     return not_running();
   }
-  *handle = Handle(entry->handle);
+  *state = entry->handle;
+  return Status::OK();
+}
+
+Status Runtime::change_process_sets(Request request, int* id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request.name = "kolo.process_set." + std::to_string(set_changes_++);
+  }
+  std::shared_ptr<detail::HandleState> state;
+  KOLO_RETURN_IF_ERROR(submit_entry(std::move(request), {}, {}, &state));
+  // Bounded: the runtime fails every pending operation on a peer failure, a stall
+  // shutdown or shutdown().
+  const Handle handle(state);
+  while (!handle.wait_for(std::chrono::seconds(1))) {
+  }
+  if (!handle.ok()) return Status(handle.error_code(), handle.error_message());
+  if (id) *id = state->process_set_id;
+  return Status::OK();
+}
+
+Status Runtime::add_process_set(std::vector<int> ranks, ProcessSet* out) {
+  int id = -1;
+  KOLO_RETURN_IF_ERROR(change_process_sets(add_process_set_request(std::move(ranks), ""), &id));
+  return process_set(id, out);
+}
+
+Status Runtime::remove_process_set(int id) {
+  if (id == kGlobalProcessSet) {  // also refused by negotiation; said here without a round
+    return InvalidArgument("remove_process_set: the global process set (id 0) cannot be removed");
+  }
+  return change_process_sets(remove_process_set_request(id, ""), nullptr);
+}
+
+Status Runtime::process_set(int id, ProcessSet* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    return InvalidArgument("process set " + std::to_string(id) +
+                           (id > 0 && id < next_set_id_ ? " was removed" : " does not exist"));
+  }
+  *out = ProcessSet(id, it->second.ranks, it->second.rank);
   return Status::OK();
 }
 
@@ -251,18 +324,31 @@ std::vector<std::pair<std::uint64_t, Tunables>> Runtime::tunables_history() cons
   return tunables_history_;
 }
 
+// A process set this rank is a member of: its communicator and its controller.
+struct ProcessSetState {
+  // `global`: the job's communicator, used by the global set; other sets own theirs.
+  ProcessSetState(const Config& config, transport::Communicator* global,
+                  std::unique_ptr<transport::Communicator> own, int id, std::vector<int> members)
+      : owned(std::move(own)), controller(config, owned ? owned.get() : global, id, members) {}
+  std::unique_ptr<transport::Communicator> owned;  // null for the global set
+  Controller controller;                           // destroyed before `owned`
+};
+
 // The background thread's state between cycles.
 struct Runtime::Loop {
   Loop(Inbox& inbox, transport::CycleBell* bell) : pacer(inbox, bell) {}
-  // One controller per process set, each negotiating among its own ranks over its own
-  // communicator. Only the global set (all ranks, id 0) exists so far; another set is
-  // another entry here with a communicator over its ranks.
-  std::map<int, Controller> sets;
+  // One controller per process set this rank is in, by id, each negotiating among its own
+  // ranks over its own communicator. Every cycle runs them in id order on every rank (the
+  // global set first), so no two ranks wait for each other in different sets.
+  std::map<int, ProcessSetState> sets;
   FusionBuffer fusion_buffer;
   std::unique_ptr<Autotuner> autotuner;  // rank 0 with KOLO_AUTOTUNE only
   Pacer pacer;
   std::chrono::steady_clock::duration peer_timeout{};
   bool must_cycle = false;  // a controller has news for the next cycle (bell only)
+  // A set other than the global one was busy in the last cycle: the next global cycle
+  // says so to every rank, so that timer-paced ranks outside the set do not back off.
+  bool sets_busy = false;
   Status fatal;
   bool shutdown = false;
   std::vector<int> shutdown_ranks, exited_ranks;  // who stopped, for the pending ops' error
@@ -281,6 +367,9 @@ bool Runtime::start_transport(transport::CycleBell** bell) {
     std::lock_guard<std::mutex> lock(mu_);
     if (status.ok()) {
       topology_ = comm_->topology();
+      SetInfo& global = sets_[kGlobalProcessSet];
+      for (int r = 0; r < topology_.size; ++r) global.ranks.push_back(r);
+      global.rank = topology_.rank;
       *bell = config_.cycle_on_demand ? comm_->cycle_bell() : nullptr;
       inbox_.set_bell(*bell);
       tunables_.hierarchical = comm_->hierarchical();
@@ -298,7 +387,8 @@ void Runtime::loop() {
   if (!start_transport(&bell)) return;
   log::set_thread_rank(topology_.rank);
   Loop loop(inbox_, bell);
-  loop.sets.try_emplace(kGlobalProcessSet, config_, comm_.get());
+  loop.sets.try_emplace(kGlobalProcessSet, config_, comm_.get(), nullptr, kGlobalProcessSet,
+                        std::vector<int>{});
   if (config_.autotune && topology_.rank == 0) {
     AutotuneOptions options;
     options.warmup_samples = config_.autotune_warmup_samples;
@@ -329,8 +419,28 @@ bool Runtime::run_cycle(Loop& loop) {
   if (work.stop) {
     leave = inbox_.stop_at_exit() ? Controller::Leave::kExit : Controller::Leave::kShutdown;
   }
-  for (auto& [id, controller] : loop.sets) {
-    Controller::Cycle cycle = controller.run(std::move(work.requests[id]), leave);
+  // Sets added while the global set's responses execute are in the map before the loop
+  // reaches their id (ids grow), so they run their first cycle in this one on every member.
+  for (auto& [id, set] : loop.sets) {
+    Controller& controller = set.controller;
+    auto mine = work.requests.find(id);
+    std::vector<Request> requests;
+    if (mine != work.requests.end()) {
+      requests = std::move(mine->second);
+      work.requests.erase(mine);
+    }
+    // Only the global set carries shutdown: every rank learns of it there, in one cycle.
+    // It also tells every rank when this one has work in another set (see Loop::sets_busy).
+    const bool global = id == kGlobalProcessSet;
+    bool busy_elsewhere = false;
+    if (global) {
+      busy_elsewhere = loop.sets_busy;
+      for (const auto& [set_id, reqs] : work.requests) busy_elsewhere |= !reqs.empty();
+      loop.sets_busy = false;
+    }
+    Controller::Cycle cycle = controller.run(
+        std::move(requests), global ? leave : Controller::Leave::kNo, busy_elsewhere);
+    if (!global) loop.sets_busy |= !cycle.idle || !cycle.responses.empty();
     const auto responded = std::chrono::steady_clock::now();
     if (timeline) {
       mark_first_cycle(work.taken, responded);
@@ -346,6 +456,11 @@ bool Runtime::run_cycle(Loop& loop) {
     for (const FusionGroup& group :
          plan_fusion(cycle.responses, tunables_.fusion_threshold_bytes)) {
       if (!loop.fatal.ok()) break;
+      const Response& first = cycle.responses[group.front()];
+      if (first.op == OpType::kAddProcessSet || first.op == OpType::kRemoveProcessSet) {
+        loop.fatal = apply_set_change(loop, first);  // never fused: one per group
+        continue;
+      }
       loop.fatal =
           execute_group(controller.communicator(), cycle.responses, group, loop.fusion_buffer,
                         transport::Clock::now() + loop.peer_timeout, responded);
@@ -354,7 +469,21 @@ bool Runtime::run_cycle(Loop& loop) {
       if (!r.is_error()) busy_bytes += static_cast<double>(allreduce_bytes(r));
     }
     if (cycle.has_tunables) next_tunables = cycle.tunables;
-    if (!loop.fatal.ok()) break;
+    if (!loop.fatal.ok() || loop.shutdown) break;
+  }
+  // Requests for a set that is gone (removed after they were submitted, before this
+  // cycle took them): their handles fail here rather than wait forever. (Those of sets
+  // the loop did not reach, after a shutdown or failure, fail in stop().)
+  for (auto& [id, requests] : work.requests) {
+    if (loop.sets.count(id)) continue;
+    for (const Request& r : requests) {
+      if (auto entry = take(r.name)) {
+        entry->handle->complete(ErrorCode::kInvalidArgument,
+                                std::string(op_name(r.op)) + " '" + r.name + "': process set " +
+                                    std::to_string(id) +
+                                    " was removed (kolo::remove_process_set) before it ran");
+      }
+    }
   }
   if (loop.autotuner && busy_bytes > 0 && tunables_ == loop.autotuner->current()) {
     const auto since = [](std::chrono::steady_clock::time_point t) {
@@ -362,11 +491,11 @@ bool Runtime::run_cycle(Loop& loop) {
     };
     auto change = loop.autotuner->observe(busy_bytes, since(cycle_start),
                                           since(std::chrono::steady_clock::now()));
-    if (change) loop.sets.at(kGlobalProcessSet).propose(*change);
+    if (change) loop.sets.at(kGlobalProcessSet).controller.propose(*change);
   }
   loop.must_cycle = false;
-  for (const auto& [id, controller] : loop.sets) {
-    loop.must_cycle = loop.must_cycle || controller.wants_cycle();
+  for (const auto& [id, set] : loop.sets) {
+    loop.must_cycle = loop.must_cycle || set.controller.wants_cycle();
   }
   loop.pacer.cycle_done(idle);
   finish_cycle(loop, next_tunables ? &*next_tunables : nullptr);
@@ -375,9 +504,9 @@ bool Runtime::run_cycle(Loop& loop) {
 
 void Runtime::finish_cycle(Loop& loop, const Tunables* next) {
   std::uint64_t fast = 0, slow = 0;
-  for (const auto& [id, controller] : loop.sets) {
-    fast += controller.fast_cycles();
-    slow += controller.slow_cycles();
+  for (const auto& [id, set] : loop.sets) {
+    fast += set.controller.fast_cycles();
+    slow += set.controller.slow_cycles();
   }
   std::lock_guard<std::mutex> lock(mu_);
   fast_cycles_ = fast;
@@ -394,6 +523,103 @@ void Runtime::finish_cycle(Loop& loop, const Tunables* next) {
                                       ? (tunables_.hierarchical ? ", hierarchical allreduce"
                                                                 : ", flat MPI allreduce")
                                       : "");
+}
+
+Status Runtime::apply_set_change(Loop& loop, const Response& r) {
+  std::shared_ptr<Entry> entry = take(r.name);
+  Status s;
+  int id = -1;
+  if (r.is_error()) {
+    s = Status(r.error_code, r.error);
+  } else if (r.op == OpType::kAddProcessSet) {
+    s = add_set(loop, r, &id);
+  } else {
+    s = remove_set(loop, r);
+  }
+  if (entry) {
+    entry->handle->process_set_id = id;
+    entry->handle->complete(s.code(), s.message());
+  }
+  return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
+}
+
+Status Runtime::add_set(Loop& loop, const Response& r, int* id) {
+  const std::vector<int> ranks(r.splits.begin(), r.splits.end());
+  const std::string what = std::string(op_name(r.op)) + " '" + r.name + "'";
+  {
+    // Every rank knows the same sets at this point of the order: the same verdict.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [other, info] : sets_) {
+      if (other != kGlobalProcessSet && info.ranks == ranks) {
+        return InvalidArgument(what + ": process set " + std::to_string(other) + " already has " +
+                               ranks_string(ranks) + "; use it, or remove it first");
+      }
+    }
+  }
+  std::unique_ptr<transport::Communicator> sub;
+  Status made = comm_->subset(ranks, &sub);
+  if (made.code() == ErrorCode::kPeerFailure) return made;
+  if (!made.ok()) {
+    KOLO_LOG(kWarning, "process_set") << what << ": " << made.message();
+  }
+  // One verdict on every rank, also when only some could make their communicator.
+  std::vector<std::uint64_t> ok = {made.ok() ? 1u : 0u};
+  KOLO_RETURN_IF_ERROR(comm_->control_and(ok, transport::Clock::now() + loop.peer_timeout));
+  if (ok[0] == 0) {
+    return Status(
+        made.ok() ? ErrorCode::kUnsupported : made.code(),
+        what + ": the " + comm_->name() + " transport could not make a communicator over " +
+            ranks_string(ranks) + ": " +
+            (made.ok() ? "it failed on another rank (see that rank's log)" : made.message()));
+  }
+  int mine = -1;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == topology_.rank) mine = static_cast<int>(i);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    *id = next_set_id_++;
+    sets_[*id] = SetInfo{ranks, mine};
+  }
+  if (sub) loop.sets.try_emplace(*id, config_, comm_.get(), std::move(sub), *id, ranks);
+  KOLO_LOG(kInfo, "process_set") << "process set " << *id << ": " << ranks_string(ranks)
+                                 << (mine >= 0
+                                         ? " (this rank is its rank " + std::to_string(mine) + ")"
+                                         : " (this rank is not a member)");
+  return Status::OK();
+}
+
+Status Runtime::remove_set(Loop& loop, const Response& r) {
+  const int id = r.root;
+  std::vector<std::shared_ptr<Entry>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sets_.count(id)) {
+      return InvalidArgument(
+          std::string(op_name(r.op)) + " '" + r.name + "': process set " + std::to_string(id) +
+          (id > 0 && id < next_set_id_ ? " was already removed" : " does not exist"));
+    }
+    sets_.erase(id);
+    for (auto it = table_.begin(); it != table_.end();) {
+      if (it->second->request.process_set == id) {
+        pending.push_back(std::move(it->second));
+        it = table_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  loop.sets.erase(id);  // its controller, then its communicator
+  for (auto& entry : pending) {
+    entry->handle->complete(ErrorCode::kInvalidArgument,
+                            std::string(op_name(entry->request.op)) + " '" + entry->request.name +
+                                "': process set " + std::to_string(id) +
+                                " was removed (kolo::remove_process_set) while this operation "
+                                "was pending on rank " +
+                                std::to_string(topology_.rank));
+  }
+  KOLO_LOG(kInfo, "process_set") << "process set " << id << " removed";
+  return Status::OK();
 }
 
 void Runtime::stop(Loop& loop) {

@@ -2,8 +2,9 @@
 //
 // The caller's threads submit requests (built by request_builder.h; ops.h is the typed,
 // throwing front) and get Handles; one background thread owns the communicator and runs
-// negotiation cycles: the pacer (pacer.h) says when, the controllers (controller.h)
-// negotiate, the executor (executor.h) runs the responses and the handles complete. The
+// negotiation cycles: the pacer (pacer.h) says when, the controllers (controller.h, one
+// per process set this rank is in) negotiate, the executor (executor.h) runs the
+// responses and the handles complete. The
 // public free functions in include/kolo/kolo.h use one default Runtime; tests create
 // several, one per rank, over the inproc transport.
 #pragma once
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -58,9 +60,20 @@ class Runtime {
   // runtime stopped (kNotInitialized) or failed (its error). Any thread.
   Status submit(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
                 Handle* handle);
-  // "<op>.noname.<n>": the name of an operation submitted without one (the same on every
-  // rank that submits the same sequence of unnamed operations).
-  std::string default_name(OpType op);
+  // "<op>.noname.<n>" ("<op>.set<k>.noname.<n>" on process set k): the name of an
+  // operation submitted without one (the same on every rank that submits the same
+  // sequence of unnamed operations on that set).
+  std::string default_name(OpType op, int process_set = kGlobalProcessSet);
+
+  // Process sets (kolo.h's add_process_set / remove_process_set). Each change is
+  // negotiated on the global set like an operation, so every rank agrees on it or gets
+  // its error; the background thread applies it when the response executes (every rank
+  // at the same point of the global order): a communicator over the members
+  // (Communicator::subset) and a controller of its own. These block until then. Any thread.
+  Status add_process_set(std::vector<int> ranks, ProcessSet* out);
+  Status remove_process_set(int id);
+  // The set `id` as this rank knows it; kInvalidArgument when there is none (any more).
+  Status process_set(int id, ProcessSet* out) const;
 
   // Negotiation statistics of the global process set (for tests).
   std::uint64_t fast_cycles() const;
@@ -113,6 +126,18 @@ class Runtime {
                         std::chrono::steady_clock::time_point end) KOLO_EXCLUDES(mu_);
   void fail_all(const Status& status) KOLO_EXCLUDES(mu_);
   std::shared_ptr<Entry> take(const std::string& name) KOLO_EXCLUDES(mu_);
+  // submit() that returns the handle's state (for the calls that wait on it here).
+  Status submit_entry(Request request, std::vector<TensorView> inputs,
+                      std::vector<TensorView> outputs, std::shared_ptr<detail::HandleState>* state)
+      KOLO_EXCLUDES(mu_);
+  // Submits a process-set change and waits for it; *id: the set it made (add).
+  Status change_process_sets(Request request, int* id);
+  // Background thread: applies a negotiated add/remove_process_set response and
+  // completes its handle. Returns a peer failure (which stops the runtime); every other
+  // error only fails the call, on every rank alike.
+  Status apply_set_change(Loop& loop, const Response& response);
+  Status add_set(Loop& loop, const Response& response, int* id);
+  Status remove_set(Loop& loop, const Response& response);
 
   const Config config_;
   CommunicatorFactory factory_;
@@ -131,7 +156,16 @@ class Runtime {
   Status fatal_ KOLO_GUARDED_BY(mu_);
   // Submitted and not yet completed, by name.
   std::unordered_map<std::string, std::shared_ptr<Entry>> table_ KOLO_GUARDED_BY(mu_);
-  std::map<OpType, std::uint64_t> unnamed_counts_ KOLO_GUARDED_BY(mu_);
+  std::map<std::pair<int, OpType>, std::uint64_t> unnamed_counts_ KOLO_GUARDED_BY(mu_);
+  // The process sets this rank knows (members or not), by id; written by the background
+  // thread when a change executes. The global set is there from start() on.
+  struct SetInfo {
+    std::vector<int> ranks;  // the job's ranks, ascending
+    int rank = -1;           // this rank's index in `ranks`; -1: not a member
+  };
+  std::map<int, SetInfo> sets_ KOLO_GUARDED_BY(mu_);
+  int next_set_id_ KOLO_GUARDED_BY(mu_) = 1;  // ids below it that sets_ lacks were removed
+  std::uint64_t set_changes_ KOLO_GUARDED_BY(mu_) = 0;  // names the changes alike everywhere
   std::uint64_t fast_cycles_ KOLO_GUARDED_BY(mu_) = 0;
   std::uint64_t slow_cycles_ KOLO_GUARDED_BY(mu_) = 0;
   std::uint64_t fused_responses_ KOLO_GUARDED_BY(mu_) = 0;

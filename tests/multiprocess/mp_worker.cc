@@ -14,6 +14,11 @@
 //                           others wait in an allreduce; they must fail naming it
 //   mp_worker stopped_rank  rank 0 stops rank 1 (SIGSTOP) for 4 s around an allreduce;
 //                           run with KOLO_STALL_CHECK_SECONDS=1: rank 0 warns meanwhile
+//   mp_worker process_sets  4 ranks: sets {0,1} and {2,3} concurrently, {0,2} interleaved
+//                           with the global set, the error cases, removal; with
+//                           KOLO_LOG_LEVEL=info it checks from its log which sets got
+//                           shared memory (KOLO_SHM=1: all; KOLO_TEST_HOSTS=2: those
+//                           on one fake host; otherwise none)
 #include <sys/resource.h>
 #include <unistd.h>
 #include <chrono>
@@ -328,6 +333,155 @@ int run_stopped_rank(int rank, int n) {
   return g_failures ? 1 : 0;
 }
 
+// Runs fn with this process's stderr (kolo's log) going to a file; returns what it wrote
+// there (and writes it to stderr afterwards).
+template <typename F>
+std::string capture_log(F&& fn) {
+  std::fflush(stderr);
+  char path[] = "/tmp/kolo-process-sets-XXXXXX";
+  const int log = mkstemp(path);
+  const int saved = dup(2);
+  dup2(log, 2);
+  fn();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::string logged(1 << 16, '\0');
+  const ssize_t got = pread(log, logged.data(), logged.size(), 0);
+  logged.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+  close(log);
+  unlink(path);
+  std::fprintf(stderr, "%s", logged.c_str());
+  return logged;
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+// Adds a set; on its members, checks from the log whether it got shared memory.
+kolo::ProcessSet add_set(int rank, std::vector<int> ranks, bool one_host) {
+  kolo::ProcessSet set;
+  const std::string logged = capture_log([&] { set = kolo::add_process_set(ranks); });
+  if (env_or("KOLO_LOG_LEVEL", "") != "info" || !set.included()) return set;
+  const bool shm_on = env_or("KOLO_SHM", "auto") != "0";
+  const bool expect = shm_on && one_host && set.size() > 1;
+  const bool got = logged.find("shared-memory transport: " + std::to_string(set.size()) +
+                               " ranks") != std::string::npos;
+  CHECK(got == expect, "rank %d: process set %d %s shared memory; its log: %s", rank, set.id(),
+        expect ? "lacks" : "has", logged.c_str());
+  return set;
+}
+
+template <typename F>
+void expect_error(F&& fn, kolo::ErrorCode code, const std::string& part, int rank) {
+  try {
+    fn();
+    CHECK(false, "rank %d: no error, expected one with '%s'", rank, part.c_str());
+  } catch (const kolo::Error& e) {
+    CHECK(e.code() == code && std::string(e.what()).find(part) != std::string::npos,
+          "rank %d: expected '%s', got: %s", rank, part.c_str(), e.what());
+  }
+}
+
+int run_process_sets(int rank, int n) {
+  CHECK(n == 4, "process_sets runs on 4 ranks, not %d", n);
+  if (n != 4) return 1;
+  const int hosts = std::atoi(env_or("KOLO_TEST_HOSTS", "1").c_str());
+  const auto host = [hosts](int r) { return hosts > 1 ? r / (4 / hosts) : 0; };
+  const kolo::ProcessSet low = add_set(rank, {1, 0}, host(0) == host(1));
+  const kolo::ProcessSet high = add_set(rank, {2, 3}, host(2) == host(3));
+  const kolo::ProcessSet& mine = rank < 2 ? low : high;
+  CHECK(mine.included() && mine.rank() == rank % 2 && mine.size() == 2, "rank %d: set %d rank %d",
+        rank, mine.id(), mine.rank());
+  // Disjoint sets, concurrently: several sizes (fused and chunked), allgather, broadcast.
+  const std::vector<std::size_t> sizes = {1, 1000, 300000, 7};
+  for (int step = 0; step < 10; ++step) {
+    std::vector<std::vector<float>> bufs;
+    std::vector<kolo::Handle> hs;
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      bufs.emplace_back(sizes[k], (rank + 1.0f) * (k + 1));
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      kolo::TensorView v{bufs[k].data(), DataType::kFloat32, {static_cast<std::int64_t>(sizes[k])}};
+      hs.push_back(
+          kolo::allreduce_async(v, v,
+                                {.name = "ar." + std::to_string(step) + "." + std::to_string(k),
+                                 .op = ReduceOp::kSum,
+                                 .process_set = mine.id()}));
+    }
+    std::int32_t me = rank;
+    kolo::Handle g =
+        kolo::allgather_async({&me, DataType::kInt32, {1}},
+                              {.name = "ag." + std::to_string(step), .process_set = mine.id()});
+    double b = rank;
+    kolo::broadcast({&b, DataType::kFloat64, {1}},
+                    {.name = "bc." + std::to_string(step), .root = 1, .process_set = mine.id()});
+    for (auto& h : hs) h.wait();
+    g.wait();
+    float members = 0;
+    for (int r : mine.ranks()) members += r + 1.0f;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      for (float x : bufs[k]) {
+        if (x != members * (k + 1)) {
+          CHECK(false, "rank %d step %d tensor %zu: %g, expected %g", rank, step, k, x,
+                members * (k + 1));
+          break;
+        }
+      }
+    }
+    const auto* got = g.output().data_as<std::int32_t>();
+    CHECK(g.output().numel() == 2 && got[0] == mine.ranks()[0] && got[1] == mine.ranks()[1],
+          "rank %d: allgather on set %d", rank, mine.id());
+    CHECK(b == mine.ranks()[1], "rank %d: broadcast from set rank 1 gave %g", rank, b);
+  }
+  // {0, 2} interleaved with the global set.
+  const kolo::ProcessSet ends = add_set(rank, {0, 2}, host(0) == host(2));
+  for (int step = 0; step < 10; ++step) {
+    std::vector<float> all(1000, rank + 1.0f), some(1000, rank + 1.0f);
+    kolo::TensorView va{all.data(), DataType::kFloat32, {1000}};
+    kolo::TensorView vs{some.data(), DataType::kFloat32, {1000}};
+    kolo::Handle hg =
+        kolo::allreduce_async(va, va, {.name = "g." + std::to_string(step), .op = ReduceOp::kSum});
+    kolo::Handle he;
+    if (ends.included()) {
+      he = kolo::allreduce_async(
+          vs, vs,
+          {.name = "e." + std::to_string(step), .op = ReduceOp::kSum, .process_set = ends.id()});
+    }
+    hg.wait();
+    CHECK(all[999] == 10.0f, "rank %d: global sum %g", rank, all[999]);
+    if (he.valid()) {
+      he.wait();
+      CHECK(some[999] == 4.0f, "rank %d: {0,2} sum %g", rank, some[999]);
+    }
+  }
+  // Errors: a non-member, different ranks on different ranks, ops on a removed set.
+  std::vector<float> v(4, 1.0f);
+  kolo::TensorView tv{v.data(), DataType::kFloat32, {4}};
+  if (!ends.included()) {
+    expect_error([&] { kolo::allreduce(tv, {.name = "x", .process_set = ends.id()}); },
+                 kolo::ErrorCode::kInvalidArgument,
+                 "is not a member of process set " + std::to_string(ends.id()), rank);
+  }
+  expect_error(
+      [&] {
+        kolo::add_process_set({0, rank == 0 ? 1 : 3});
+      },
+      kolo::ErrorCode::kMismatch, "[0, 1] on rank 0; [0, 3] on ranks 1, 2, 3", rank);
+  kolo::remove_process_set(ends);
+  if (ends.included()) {
+    expect_error([&] { kolo::allreduce(tv, {.name = "y", .process_set = ends.id()}); },
+                 kolo::ErrorCode::kInvalidArgument, "was removed", rank);
+  }
+  kolo::remove_process_set(low);
+  kolo::remove_process_set(high);
+  kolo::barrier();
+  std::printf("rank %d: process_sets %s\n", rank, g_failures ? "FAILED" : "OK");
+  kolo::shutdown();
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -355,6 +509,8 @@ int main(int argc, char** argv) {
       return g_failures ? 1 : 0;
     } else if (mode == "leave_early") {
       return run_leave_early(rank, n);
+    } else if (mode == "process_sets") {
+      return run_process_sets(rank, n);
     } else if (mode == "stopped_rank") {
       return run_stopped_rank(rank, n);
     } else if (mode == "topology") {

@@ -61,8 +61,10 @@ Status wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const HierOptio
   KOLO_RETURN_IF_ERROR(cross->set_interrupt(poll));
   const Topology t = world.topology();
   const std::string base = world.name();
-  comm = std::make_unique<hier::HierarchicalCommunicator>(
+  auto made = std::make_unique<hier::HierarchicalCommunicator>(
       std::move(comm), std::move(notices), std::move(local), std::move(cross), cross_ranks);
+  made->set_shm_options(options.shm);
+  comm = std::move(made);
   KOLO_LOG(kInfo, "hier") << "hierarchical transport: " << t.cross_size << " hosts x "
                           << t.local_size << " ranks (shared memory inside a host, " << base
                           << " across)";
@@ -122,4 +124,35 @@ Status maybe_wrap_in_hierarchical(std::unique_ptr<Communicator>& comm, const Hie
   return Status::OK();
 }
 
+namespace hier {
+
+Status HierarchicalCommunicator::subset(const std::vector<int>& ranks,
+                                        std::unique_ptr<Communicator>* out) {
+  out->reset();
+  KOLO_RETURN_IF_ERROR(check("subset"));
+  std::unique_ptr<Communicator> sub;
+  KOLO_RETURN_IF_ERROR(record(global_->subset(ranks, &sub)));
+  if (!sub || sub->size() == 1 || shm_options_.mode == "0") {
+    *out = std::move(sub);
+    return Status::OK();
+  }
+  // One host when the smallest and the largest host index of the members agree.
+  const std::int32_t host = topology().cross_rank;
+  std::int32_t v[2] = {host, -host};
+  KOLO_RETURN_IF_ERROR(
+      record(sub->allreduce(v, 2, DataType::kInt32, ReduceOp::kMin,
+                            after_seconds(shm_options_.bootstrap_timeout_seconds))));
+  if (v[0] == -v[1]) {
+    const Status s = wrap_in_shm(sub, shm_options_, &ranks);
+    if (s.code() == ErrorCode::kPeerFailure) return record(s);
+    if (!s.ok()) {
+      KOLO_LOG(kWarning, "hier") << "a subset of " << ranks.size() << " ranks on one host runs on "
+                                 << sub->name() << " without shared memory: " << s.message();
+    }
+  }
+  *out = std::move(sub);
+  return Status::OK();
+}
+
+}  // namespace hier
 }  // namespace kolo::transport

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transport/communicator.h"
+#include "transport/shm/shm_communicator.h"
 
 namespace kolo::transport::hier {
 
@@ -36,6 +37,11 @@ class HierarchicalCommunicator final : public Communicator {
     global_->set_wait_observer(std::move(observer));
   }
   Communicator* global() const { return global_.get(); }
+  // The options of the local segments (wrap_in_hierarchical): subset() uses them too.
+  void set_shm_options(const ShmOptions& options) { shm_options_ = options; }
+  // The base's subset of `ranks`, wrapped in shared memory when every member is on one
+  // host (and there are several); otherwise the base's alone. No hierarchy inside a set.
+  Status subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) override;
   Communicator* local() const { return local_.get(); }
   Communicator* cross() const { return cross_.get(); }
 
@@ -73,6 +79,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::unique_ptr<FailureNotices> notices_;
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
+  ShmOptions shm_options_;
   std::string cross_names_;   // "ranks 1, 3": who takes part in this rank's cross phase
   std::string broken_;        // the first peer failure's message
   bool hierarchical_ = true;  // false: allreduce is global_'s (flat MPI)

@@ -1,6 +1,7 @@
 #include "transport/inproc/inproc.h"
 #include "common/format.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/reduce.h"
@@ -146,6 +147,38 @@ class InprocCommunicator final : public Communicator {
 
   void set_wait_observer(WaitObserver observer) override { observer_ = std::move(observer); }
 
+  // Rank 0 makes the members' world and publishes it; every member takes a share of it.
+  Status subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) override {
+    out->reset();
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0 || ranks[i] >= size() || (i > 0 && ranks[i] <= ranks[i - 1])) {
+        return InvalidArgument(
+            "inproc subset: the ranks must be distinct, ascending ranks in [0, " +
+            std::to_string(size()) + ")");
+      }
+    }
+    std::shared_ptr<InprocWorld> made;
+    if (rank_ == 0) {
+      std::vector<int> hosts;
+      for (int r : ranks) hosts.push_back(world_->host_of(r));
+      made = std::make_shared<InprocWorld>(std::move(hosts));
+    }
+    InprocWorld::Slot mine;
+    mine.scratch = &made;
+    std::shared_ptr<InprocWorld> world;
+    // subset() takes no deadline (MPI_Comm_split has none); a minute bounds the meeting.
+    const Deadline deadline = Clock::now() + std::chrono::seconds(60);
+    KOLO_RETURN_IF_ERROR(world_->exchange(rank_, mine, deadline, [&](const auto& slots) {
+      world = *static_cast<const std::shared_ptr<InprocWorld>*>(slots[0].scratch);
+    }));
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return Status::OK();
+    InprocWorld* raw = world.get();
+    *out = std::make_unique<InprocCommunicator>(raw, static_cast<int>(it - ranks.begin()),
+                                                std::move(world));
+    return Status::OK();
+  }
+
  private:
   const WaitObserver* observer() const { return observer_ ? &observer_ : nullptr; }
 
@@ -159,13 +192,24 @@ class InprocCommunicator final : public Communicator {
 
 }  // namespace
 
-InprocWorld::InprocWorld(int size, int local_size)
-    : size_(size),
-      local_size_(local_size > 0 ? local_size : size),
-      slots_(size),
-      arrived_(size, false),
-      dead_(size, false),
-      bell_(size) {}
+namespace {
+std::vector<int> uniform_hosts(int size, int local_size) {
+  if (local_size <= 0) local_size = size;
+  std::vector<int> hosts(size);
+  for (int r = 0; r < size; ++r) hosts[r] = r / local_size;
+  return hosts;
+}
+}  // namespace
+
+InprocWorld::InprocWorld(int size, int local_size) : InprocWorld(uniform_hosts(size, local_size)) {}
+
+InprocWorld::InprocWorld(std::vector<int> hosts)
+    : size_(static_cast<int>(hosts.size())),
+      hosts_(std::move(hosts)),
+      slots_(size_),
+      arrived_(size_, false),
+      dead_(size_, false),
+      bell_(size_) {}
 
 std::vector<std::uint32_t*> InprocWorld::bell_rings() {
   std::vector<std::uint32_t*> rings;
@@ -185,15 +229,27 @@ std::unique_ptr<Communicator> InprocWorld::single() {
   return std::make_unique<InprocCommunicator>(raw, 0, std::move(world));
 }
 
+// local: the ranks of this rank's host; cross: the ranks with this local rank, in order.
 Topology InprocWorld::topology_of(int rank) const {
   Topology t;
   t.rank = rank;
   t.size = size_;
-  t.local_rank = rank % local_size_;
-  t.local_size = local_size_;
-  t.cross_rank = rank / local_size_;
-  t.cross_size = size_ / local_size_;
+  t.local_rank = topology_local_rank(rank);
+  t.local_size = 0;
+  for (int r = 0; r < size_; ++r) t.local_size += hosts_[r] == hosts_[rank] ? 1 : 0;
+  t.cross_rank = t.cross_size = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (topology_local_rank(r) != t.local_rank) continue;
+    if (r < rank) ++t.cross_rank;
+    ++t.cross_size;
+  }
   return t;
+}
+
+int InprocWorld::topology_local_rank(int rank) const {
+  int local = 0;
+  for (int r = 0; r < rank; ++r) local += hosts_[r] == hosts_[rank] ? 1 : 0;
+  return local;
 }
 
 void InprocWorld::kill(int rank) {

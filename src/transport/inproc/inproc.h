@@ -6,6 +6,8 @@
 // injection: kill(r) makes rank r's next calls fail at once (a call already under way
 // finishes, since the others may be reading its buffers) while the others wait until
 // their deadline and then fail naming r, as with a real dead process.
+// subset() makes a world of its own over the members (the same threads), grouped into
+// hosts as their ranks were here; kill() of this world does not reach it.
 // Not for: performance; every rank computes full reductions.
 #pragma once
 
@@ -23,6 +25,8 @@ class InprocWorld {
  public:
   // `local_size` ranks per simulated host (size must be a multiple of it; 0 = size).
   explicit InprocWorld(int size, int local_size = 0);
+  // A world whose rank r is on simulated host hosts[r] (any ids; subset() uses it).
+  explicit InprocWorld(std::vector<int> hosts);
   ~InprocWorld();
 
   int size() const { return size_; }
@@ -65,6 +69,7 @@ class InprocWorld {
     return arrive(rank, Slot{}, deadline, /*keep_slot=*/true);
   }
   Topology topology_of(int rank) const;
+  int host_of(int rank) const { return hosts_[rank]; }
   // The words of the ranks' cycle bell (cycle_bell.h): one shared request counter, one
   // futex word per rank.
   std::uint64_t* bell_requested() { return &bell_[0].requested; }
@@ -76,9 +81,10 @@ class InprocWorld {
     std::uint32_t ring = 0;
   };
   Status arrive(int rank, const Slot& mine, Deadline deadline, bool keep_slot = false);
+  int topology_local_rank(int rank) const;
 
   const int size_;
-  const int local_size_;
+  const std::vector<int> hosts_;  // simulated host of each rank
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;       // written under mu_ before the first barrier of a call

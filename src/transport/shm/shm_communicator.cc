@@ -80,6 +80,7 @@ Status wrap_in_shm(std::unique_ptr<Communicator>& comm, const ShmOptions& option
   const std::size_t region = seg.region_bytes();
   auto wrapped = std::make_unique<shm::ShmCommunicator>(std::move(comm), std::move(seg));
   if (rank_names) wrapped->set_rank_names(*rank_names);
+  wrapped->set_options(options);
   comm = std::move(wrapped);
   KOLO_LOG(kInfo, "shm") << "shared-memory transport: " << n << " ranks, regions of "
                          << (region >> 10) << " KiB";
@@ -180,6 +181,27 @@ Status ShmCommunicator::control_gather(const std::string& mine, std::vector<std:
 Status ShmCommunicator::control_broadcast(std::string* message, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check("control_broadcast"));
   return delegated(base_->control_broadcast(message, deadline));
+}
+
+Status ShmCommunicator::subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) {
+  out->reset();
+  KOLO_RETURN_IF_ERROR(check("subset"));
+  std::unique_ptr<Communicator> sub;
+  KOLO_RETURN_IF_ERROR(delegated(base_->subset(ranks, &sub)));
+  if (sub && sub->size() > 1) {
+    std::vector<int> names;
+    for (int r : ranks) {
+      names.push_back(r < static_cast<int>(rank_names_.size()) ? rank_names_[r] : r);
+    }
+    const Status s = wrap_in_shm(sub, options_, &names);
+    if (s.code() == ErrorCode::kPeerFailure) return delegated(s);
+    if (!s.ok()) {
+      KOLO_LOG(kWarning, "shm") << "a subset of " << sub->size() << " ranks runs on " << sub->name()
+                                << " without shared memory: " << s.message();
+    }
+  }
+  *out = std::move(sub);
+  return Status::OK();
 }
 
 }  // namespace shm

@@ -36,7 +36,15 @@ class ShmCommunicator final : public Communicator {
   // See shm_allreduce_staged (shm_communicator.h); `stage` may be null (plain allreduce).
   Status allreduce_staged(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                           const SliceStage* stage, Deadline deadline);
-  void set_rank_names(std::vector<int> names) { barrier_.set_rank_names(std::move(names)); }
+  void set_rank_names(std::vector<int> names) {
+    rank_names_ = names;
+    barrier_.set_rank_names(std::move(names));
+  }
+  // The options it was made with (wrap_in_shm): subset() wraps its members alike.
+  void set_options(const ShmOptions& options) { options_ = options; }
+  // The base's subset, itself in shared memory when it has more than one rank (every
+  // member is on this host). If its segment cannot be made, the plain subset (a warning).
+  Status subset(const std::vector<int>& ranks, std::unique_ptr<Communicator>* out) override;
   Status set_interrupt(Interrupt interrupt) override {
     barrier_.set_interrupt(std::move(interrupt));
     return Status::OK();
@@ -107,6 +115,8 @@ class ShmCommunicator final : public Communicator {
   Status check(const char* op) const;
 
   std::unique_ptr<Communicator> base_;
+  ShmOptions options_;
+  std::vector<int> rank_names_;  // how messages name the ranks (empty: as they are)
   Segment seg_;
   Barrier barrier_;
   FutexCycleBell bell_;

@@ -334,6 +334,36 @@ TEST(ShmTest, DelegatedOperationsGoThroughTheBase) {
   });
 }
 
+// Process sets: a subset of a shm communicator is in shared memory too (a segment of its
+// own), the others get none; two subsets work side by side and after the parent.
+TEST(ShmTest, SubsetsAreInSharedMemoryOfTheirOwn) {
+  const auto before = kolo_segments();
+  on_shm_ranks(4, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
+    std::unique_ptr<Communicator> even, odd, alone;
+    ASSERT_TRUE(comm->subset({0, 2}, &even).ok());
+    ASSERT_TRUE(comm->subset({1, 3}, &odd).ok());
+    ASSERT_TRUE(comm->subset({3}, &alone).ok());
+    Communicator* mine = rank % 2 == 0 ? even.get() : odd.get();
+    ASSERT_EQ((rank % 2 == 0 ? odd : even), nullptr) << "rank " << rank;
+    ASSERT_NE(mine, nullptr);
+    EXPECT_STREQ(mine->name(), "shm");
+    EXPECT_EQ(mine->size(), 2);
+    EXPECT_EQ(mine->rank(), rank / 2);
+    EXPECT_EQ(alone != nullptr, rank == 3);
+    if (alone) {
+      EXPECT_STREQ(alone->name(), "inproc") << "one rank needs no segment";
+    }
+    std::vector<float> v(100000, rank + 1.0f);  // more than one region: the chunked path
+    ASSERT_TRUE(
+        mine->allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, in(10)).ok());
+    for (float x : v) ASSERT_EQ(x, rank % 2 == 0 ? 4.0f : 6.0f);
+    ASSERT_TRUE(comm->barrier(in(10)).ok());  // the parent still works
+    even.reset();
+    odd.reset();
+  });
+  EXPECT_EQ(kolo_segments(), before) << "a subset's segment was left in /dev/shm";
+}
+
 TEST(ShmFailureTest, MissingRankIsNamedAtTheDeadlineAndTheCommunicatorStaysBroken) {
   on_shm_ranks(3, small_regions(), [](int rank, std::unique_ptr<Communicator>& comm) {
     ASSERT_TRUE(comm->barrier(in(10)).ok());
