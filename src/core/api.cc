@@ -13,6 +13,7 @@
 #include "core/ops.h"
 #include "core/runtime.h"
 #include "kolo/kolo.h"
+#include "rendezvous/prefix_store.h"
 #include "transport/table.h"
 
 namespace kolo {
@@ -39,6 +40,12 @@ std::shared_ptr<core::Runtime> current() {
 // Registered after the first runtime started, so it runs before the exit handlers
 // registered while it started (MPI's finalization, see transport/mpi/mpi_lifetime.h).
 pid_t g_init_pid = 0;  // the process that registered shutdown_at_exit
+
+// The job's store (store jobs only): opened by the first init(), kept until the process
+// exits (after shutdown_at_exit, which is registered later); g_inits counts the inits.
+// Guarded by g_mu.
+std::shared_ptr<core::JobStore> g_job;
+int g_inits = 0;
 
 void shutdown_at_exit() {
   // A child forked without exec inherits the handler but not the runtime's thread.
@@ -76,15 +83,25 @@ void init() {
   }
   transport::TransportContext context = core::transport_context(config, launch);
   // A job that meets through a store (kolorun, TF_CONFIG, torch-style, Slurm with an
-  // address): open it (rank 0 of a job without kolorun hosts it) and wait, bounded, for
-  // every task. The factory keeps it, so it lives as long as the runtime (job_store.h).
-  std::shared_ptr<core::JobStore> job;
+  // address): open it once per process (rank 0 of a job without kolorun hosts it, for the
+  // process's life, so that init after shutdown finds it), then wait, bounded, for every
+  // task under this init's own prefix ("init/<n>": every rank inits as often).
   if (launch.uses_store() && launch.size > 1) {
-    job = std::make_shared<core::JobStore>();
-    Status s = core::open_job_store(launch, config, job.get());
-    if (s.ok()) s = core::join_job(*job, launch, config.start_timeout_seconds);
+    Status s;
+    if (!g_job) {
+      auto job = std::make_shared<core::JobStore>();
+      s = core::open_job_store(launch, config, job.get());
+      if (!s.ok()) throw Error(s.code(), "kolo::init() failed: " + s.message());
+      g_job = std::move(job);
+    }
+    const std::string prefix = "init/" + std::to_string(g_inits++);
+    const std::shared_ptr<rendezvous::Store> root = g_job->store;
+    g_job->store = std::make_shared<rendezvous::PrefixStore>(root, prefix);
+    s = core::join_job(*g_job, launch, config.start_timeout_seconds);
+    g_job->store = root;
     if (!s.ok()) throw Error(s.code(), "kolo::init() failed: " + s.message());
-    context.store = job->store;
+    context.store = root;
+    context.store_prefix = prefix;
   }
   context.deadline = deadline_after(config.start_timeout_seconds);
   std::string why;
@@ -92,7 +109,7 @@ void init() {
     throw Error(ErrorCode::kInvalidArgument, "kolo::init() failed: " + why);
   }
   core::Runtime::CommunicatorFactory factory =
-      [t, context, job](std::unique_ptr<transport::Communicator>* out) {
+      [t, context](std::unique_ptr<transport::Communicator>* out) {
         return transport::create_communicator(*t, context, out);
       };
   auto runtime = std::make_shared<core::Runtime>(config, factory);

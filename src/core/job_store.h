@@ -8,11 +8,12 @@
 //   KOLO_RETURN_IF_ERROR(join_job(job, launch, config.start_timeout_seconds));
 //   ... the transport's rendezvous through job.store (under a PrefixStore of its own) ...
 //
-// Lifetime: the runtime owns the JobStore for as long as it runs. On the hosting process
-// the server must outlive every other task's use of the store (their join_job, the
-// transport's rendezvous, later generations), so it is stopped only when that runtime
-// shuts down; a hosting process that exits early takes the job's keys with it and the
-// others fail at once, naming it (rendezvous/tcp_store.h).
+// Lifetime: kolo::init() opens the JobStore once per process and keeps it until the
+// process exits, so that init after shutdown finds it (each init's keys go under its own
+// "init/<n>" prefix, join_job included). On the hosting process the server must outlive
+// every other task's use of the store (their join_job, the transport's rendezvous, later
+// inits); a hosting process that exits early takes the job's keys with it and the others
+// fail at once, naming it (rendezvous/tcp_store.h).
 //
 // Not for: which launcher started the job, or where its store is (launch_env.h); the
 // store itself (src/rendezvous).

@@ -59,7 +59,11 @@ struct TransportContext {
   // the host's name as it knows it); empty: this host's name.
   std::string host_addr;
   // The job's rendezvous store (core/job_store.h); nullptr when the job has none (mpirun).
+  // Keys a transport writes go under `store_prefix` ("init/<n>": the n-th kolo::init() of
+  // this process, the same on every rank), so that init after shutdown meets afresh; keys
+  // the launcher writes (launcher/...) are at the store's root.
   std::shared_ptr<rendezvous::Store> store;
+  std::string store_prefix;
   // The bound on creating the communicator (connecting to every peer).
   Deadline deadline = Deadline::max();
 };

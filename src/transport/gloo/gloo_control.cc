@@ -69,16 +69,18 @@ Status GlooCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline
       recv->recv(remaining, slot);
       int from = -1;
       bool done = false;
-      set_waiting(recv.get());
-      try {
-        done = recv->waitRecv(&from, timeout(deadline));
-      } catch (const std::exception& e) {
+      do {
+        set_waiting(recv.get());
+        try {
+          done = recv->waitRecv(&from, timeout(deadline));
+        } catch (const std::exception& e) {
+          set_waiting(nullptr);
+          if (!is_timeout(e)) throw;
+          return PeerFailure(ranks_text(remaining) + " did not take part within " +
+                             seconds_text(deadline - start));
+        }
         set_waiting(nullptr);
-        if (!is_timeout(e)) throw;
-        return PeerFailure(ranks_text(remaining) + " did not take part within " +
-                           seconds_text(deadline - start));
-      }
-      set_waiting(nullptr);
+      } while (!done && take_tick(Clock::now() - start, remaining));
       if (!done) return PeerFailure("the wait for " + ranks_text(remaining) + " was aborted");
       for (std::size_t k = 0; k < w; ++k) out[k] &= in[k];
       remaining.erase(std::remove(remaining.begin(), remaining.end(), from), remaining.end());
@@ -134,9 +136,12 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
       while (!remaining.empty()) {
         head->recv(remaining, slot);
         int from = -1;
-        set_waiting(head.get());
-        const bool done = head->waitRecv(&from, timeout(deadline));
-        set_waiting(nullptr);
+        bool done = false;
+        do {
+          set_waiting(head.get());
+          done = head->waitRecv(&from, timeout(deadline));
+          set_waiting(nullptr);
+        } while (!done && take_tick(Clock::now() - start, remaining));
         if (!done) return PeerFailure("the wait for " + ranks_text(remaining) + " was aborted");
         remaining.erase(std::remove(remaining.begin(), remaining.end(), from), remaining.end());
         if (got == 0) continue;

@@ -26,6 +26,7 @@ Status gloo_create(const TransportContext& context, std::unique_ptr<Communicator
   options.timeout_seconds = context.peer_timeout_seconds;
   options.deadline = context.deadline;
   options.launcher_notices = context.launcher == "kolorun";
+  if (!context.store_prefix.empty()) options.key_prefix = context.store_prefix + "/gloo/world";
   std::shared_ptr<rendezvous::Store> store = context.store;
   if (store == nullptr) {
     // One process: a store of its own (nobody else needs to find it).

@@ -64,6 +64,7 @@ class Watchdog {
   std::condition_variable cv_;
   GlooCommunicator* active_ = nullptr;  // guarded by mu_
   Clock::time_point since_{};
+  Clock::time_point last_tick_{};  // the last wait-observer tick of this watch
   bool checking_ = false;
   bool stop_ = false;
   std::string cause_;
@@ -135,6 +136,11 @@ class GlooCommunicator final : public Communicator {
   std::string announced_failure();
   // shutdown(SHUT_RDWR) on every socket of this communicator's context.
   void shutdown_sockets();
+  // The wait observer's tick (about once a second while rank 0 waits in the control
+  // plane): aborts the any-source wait, which the waiting thread takes as "call the
+  // observer, then wait on". False (nothing done) without an observer or such a wait.
+  bool tick_observer();
+  void set_wait_observer(WaitObserver observer) override { observer_ = std::move(observer); }
   const std::shared_ptr<World>& world() const { return world_; }
   rendezvous::Store& store() { return *store_; }
 
@@ -189,12 +195,27 @@ class GlooCommunicator final : public Communicator {
   // aborts it instead. Guarded by waiting_mu_.
   std::mutex waiting_mu_;
   ::gloo::transport::UnboundBuffer* waiting_ = nullptr;
+  bool tick_ = false;          // guarded by waiting_mu_: the abort was a tick
+  WaitObserver observer_;      // set by the owning thread between calls
+  bool has_observer_ = false;  // guarded by waiting_mu_ (the watchdog reads it)
 
  public:
   // Sets (or clears, with nullptr) the any-source buffer the watchdog may abort.
   void set_waiting(::gloo::transport::UnboundBuffer* buffer) {
     std::lock_guard<std::mutex> lock(waiting_mu_);
     waiting_ = buffer;
+    has_observer_ = static_cast<bool>(observer_);
+  }
+  // After an any-source wait returned false: true (and the tick consumed) when the abort
+  // was the observer's tick, after calling the observer with `waited` and `missing`.
+  bool take_tick(Clock::duration waited, const std::vector<int>& missing) {
+    {
+      std::lock_guard<std::mutex> lock(waiting_mu_);
+      if (!tick_) return false;
+      tick_ = false;
+    }
+    if (observer_) observer_(waited, missing);
+    return true;
   }
 };
 

@@ -12,7 +12,10 @@
 //
 // gloo's calls block, so set_interrupt's function is called from the watchdog's thread
 // while the owning thread waits inside gloo (never at the same time as that thread's own
-// use of it).
+// use of it). The wait observer (set_wait_observer) is called on the waiting thread: about
+// once a second the watchdog aborts rank 0's any-source control wait (abortWaitRecv ends
+// only that wait; the receive stays posted), the waiting thread calls the observer with
+// the ranks still missing and waits on.
 //
 // Not for: the collectives (gloo_ops.cc, gloo_control.cc).
 #include <sys/socket.h>
@@ -42,6 +45,7 @@ void Watchdog::begin(GlooCommunicator* comm) {
   std::lock_guard<std::mutex> lock(mu_);
   active_ = comm;
   since_ = Clock::now();
+  last_tick_ = since_;
   cause_.clear();
 }
 
@@ -73,7 +77,11 @@ void Watchdog::run() {
       next_slow = now + milliseconds(200);
       why = comm->gone_peers(/*wait=*/false);
     }
-    if (!why.empty()) comm->shutdown_sockets();
+    if (!why.empty()) {
+      comm->shutdown_sockets();
+    } else if (now - last_tick_ >= milliseconds(1000) && comm->tick_observer()) {
+      last_tick_ = now;
+    }
     lock.lock();
     checking_ = false;
     if (!why.empty()) cause_ = why;
@@ -82,6 +90,14 @@ void Watchdog::run() {
 }
 
 bool GlooCommunicator::poll_interrupt(std::string* why) { return interrupt_ && interrupt_(why); }
+
+bool GlooCommunicator::tick_observer() {
+  std::lock_guard<std::mutex> lock(waiting_mu_);
+  if (waiting_ == nullptr || !has_observer_ || tick_) return false;
+  tick_ = true;
+  waiting_->abortWaitRecv();
+  return true;
+}
 
 std::string GlooCommunicator::gone_peers(bool wait) {
   const World& w = *world_;
