@@ -35,8 +35,8 @@ for np in 2 3; do
     > "$work/kolorun$np.log" 2>&1 || { cat "$work/kolorun$np.log"; fail "kolorun -np $np"; }
 done
 
-# TF_CONFIG, workers only (2 workers; 3 tasks below, with a chief).
-for np in 2; do
+# TF_CONFIG, workers only, 2 and 3 workers.
+for np in 2 3; do
   hosts=()
   for _ in $(seq $np); do hosts+=("\"127.0.0.1:$(free_port)\""); done
   cluster="{\"worker\":[$(IFS=,; echo "${hosts[*]}")]}"
