@@ -236,10 +236,9 @@ TEST(TcpStore, ASilentConnectionIsClosedAtTheHelloDeadline) {
   const int silent = raw_connect(server->port());
   const int partial = raw_connect(server->port());
   send_bytes(partial, hello().substr(0, 3));  // part of a hello, never finished
-  const auto start = Clock::now();
+  // closed_by_server waits 2 s at most: without the deadline they would stay open.
   EXPECT_TRUE(closed_by_server(silent));
   EXPECT_TRUE(closed_by_server(partial));
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.5);
   ::close(silent);
   ::close(partial);
   EXPECT_EQ(server->refused(), 2);
@@ -374,12 +373,12 @@ TEST(TcpStore, PipelinedRequestsWakingEachOtherDoNotRecurseOnTheServersStack) {
   tb.join();
   EXPECT_TRUE(eventually([&] { return server->waiting() == 2; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rest read into pending
-  const Deadline start = Clock::now();
-  ASSERT_TRUE(good->set("a0", "x").ok());  // starts the chain
+  ASSERT_TRUE(good->set("a0", "x").ok());                       // starts the chain
   std::string value;
-  const Status s = good->get("a" + std::to_string(kRounds), deadline_after(10), &value);
+  // About 0.6 s in a Release build, 6 s under TSan on 2 busy cores: the bound is generous,
+  // the test is about the server's stack (it crashed with SIGSEGV before the fix).
+  const Status s = good->get("a" + std::to_string(kRounds), deadline_after(60), &value);
   EXPECT_TRUE(s.ok()) << s.to_string();
-  EXPECT_LT(seconds_since(start), 5.0);
   expect_serving(*good, "after the chain");
   EXPECT_EQ(server->refused(), 0);
   ::close(fa);
