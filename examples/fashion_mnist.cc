@@ -283,12 +283,10 @@ int train(const Flags& flags) {
     // started by kolorun, by TF_CONFIG or by torch-style variables) print the same one.
     double parameter_sum = 0;
     for (const auto& p : model->parameters()) parameter_sum += p.abs().sum().item<double>();
-    const nlohmann::json summary = {{"world_size", size},
-                                    {"parameter_sum", parameter_sum},
-                                    {"epochs", flags.epochs},
-                                    {"test_accuracy", accuracy},
-                                    {"train_loss", mean_loss},
-                                    {"images_per_sec", images_per_sec_sum / epochs_run}};
+    const nlohmann::json summary = {
+        {"world_size", size},      {"parameter_sum", parameter_sum},
+        {"epochs", flags.epochs},  {"test_accuracy", accuracy},
+        {"train_loss", mean_loss}, {"images_per_sec", images_per_sec_sum / epochs_run}};
     write_atomically(flags.summary_json, [&](const std::string& tmp) {
       std::ofstream(tmp) << summary.dump(2) << "\n";
     });
