@@ -35,19 +35,6 @@ constexpr size_t kMaxRepeatedLine = 512;
 
 void say(const std::string& text) { write_all(2, "kolorun: " + text + "\n"); }
 
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "a signal";
-  }
-}
-
 struct Worker {
   WorkerPlan plan;
   Child child;  // pid -1 when it could not be started
@@ -320,7 +307,7 @@ void Job::on_user_signal(int sig) {
     return;
   }
   user_signal_ = sig;
-  say(std::string("received ") + signal_name(sig) + ", stopping the job");
+  say(std::string("received ") + stop_signal_name(sig) + ", stopping the job");
   stop_all();
 }
 

@@ -377,4 +377,17 @@ int poll_timeout_ms(const Clock::time_point* deadline) {
   return static_cast<int>(left.count()) + 1;
 }
 
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
+}
+
 }  // namespace kolo::launcher

@@ -28,6 +28,9 @@ struct SignalEvent {
 // pipe's (non-blocking) read end for poll(). The handler needs a process-wide file
 // descriptor, so this is for one owner per process (main of kolorun or of the shim).
 int route_signals_to_pipe(std::initializer_list<int> signals);
+// "SIGINT", "SIGTERM", "SIGHUP" (the signals that stop a job), else "a signal": for the
+// "received SIGINT, stopping the job" line of the kolorun parent in either mode.
+const char* stop_signal_name(int sig);
 
 // Reads the events waiting on `fd` (from route_signals_to_pipe) without blocking.
 std::vector<SignalEvent> read_signal_events(int fd);

@@ -45,19 +45,6 @@ bool is_worker_line(std::string_view line) {
   return i > 1 && i + 1 < line.size() && line[i] == ']' && line[i + 1] == ' ';
 }
 
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "a signal";
-  }
-}
-
 // The job's state; owned by the one thread of kolorun.
 class Job {
  public:
@@ -282,7 +269,7 @@ void Job::on_user_signal(int sig) {
     return;
   }
   user_signal_ = sig;
-  say(std::string("received ") + signal_name(sig) + ", stopping the job");
+  say(std::string("received ") + stop_signal_name(sig) + ", stopping the job");
   stop(nullptr);
 }
 
