@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +105,11 @@ struct BarrierOptions {
 // mpirun (OMPI_COMM_WORLD_*), or Slurm's srun (SLURM_PROCID, ...); a program started
 // alone is rank 0 of 1. Calling init() twice is a no-op. Throws kolo::Error on failure.
 void init();
+// The same, with `settings` (KOLO_* names, as in the environment: {"KOLO_PEER_TIMEOUT_SECONDS",
+// "120"}) taking precedence over the environment's values; unknown KOLO_* names are errors
+// as in the environment. A no-op when kolo is already initialized (the settings are then
+// not applied).
+void init(const std::map<std::string, std::string>& settings);
 // Stops the runtime: operations still pending on any rank fail with kShutdown. Safe to
 // call twice; kolo::init() may be called again afterwards.
 void shutdown();

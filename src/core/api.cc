@@ -60,10 +60,13 @@ void shutdown_at_exit() {
 
 }  // namespace
 
-void init() {
+void init() { init(std::map<std::string, std::string>{}); }
+
+void init(const std::map<std::string, std::string>& settings) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_runtime) return;
-  const core::Env env = core::process_env();
+  core::Env env = core::process_env();
+  for (const auto& [name, value] : settings) env[name] = value;
   core::Config config;
   core::parse_config(env, &config).throw_if_error();
   log::set_level(config.log_level);

@@ -149,8 +149,8 @@ class TerminateOnNaN : public Callback {
 };
 
 struct BackupAndRestoreOptions {
-  std::string backup_dir;       // required; the chief writes here
-  int save_freq = 0;            // 0: at every epoch end (Keras's "epoch"); N: every N batches
+  std::string backup_dir;         // required; the chief writes here
+  int save_freq = 0;              // 0: at every epoch end (Keras's "epoch"); N: every N batches
   bool delete_checkpoint = true;  // remove the backup when training ends normally
 };
 // After a crash (or kill -9) the relaunched job resumes at the epoch it was in: the

@@ -1,0 +1,139 @@
+// Distribution strategies with tf.distribute's semantics. Part of <kolo/train.h>.
+//
+//   kolo::train::MirroredStrategy strategy({"cpu:0", "cpu:1"});   // 2 replicas, 1 process
+//   kolo::train::Model model(make_net(), strategy);               // replicas built here
+//
+// A replica is a copy of the model on one device, run by its own thread; all replicas
+// hold the same parameters. Each step gives each replica its slice of the GLOBAL batch;
+// losses are scaled by 1/num_replicas_in_sync and the gradients SUMMED over the replicas
+// (in process first, then over the workers through kolo's runtime), so N replicas take
+// the step one replica takes on the whole batch.
+//
+// A Strategy is a handle: copies share the same replicas' threads and job.
+//
+// Not for: models and fit (model.h), input pipelines (data.h).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "kolo/types.h"
+
+namespace kolo::train {
+
+// tf.distribute.experimental.CommunicationImplementation.
+enum class CommunicationImplementation {
+  kAuto,  // kolo's choice (KOLO_TRANSPORT, else shm/MPI/Gloo as the job allows)
+  kRing,  // TensorFlow's ring over the network: kolo's Gloo transport
+  kNccl,  // NCCL for GPU tensors; without GPUs a warning, then as kAuto
+};
+
+// tf.distribute.experimental.CommunicationOptions, for MultiWorkerMirroredStrategy.
+struct CommunicationOptions {
+  // Gradients are fused into packs of at most this many bytes (KOLO_FUSION_THRESHOLD);
+  // 0: kolo's default (64 MiB).
+  std::int64_t bytes_per_pack = 0;
+  // A collective that takes longer fails naming the workers it waited for
+  // (KOLO_PEER_TIMEOUT_SECONDS); default: kolo's (60 s). TensorFlow's default is to wait
+  // forever; kolo never waits unbounded.
+  std::optional<double> timeout_seconds;
+  CommunicationImplementation implementation = CommunicationImplementation::kAuto;
+};
+
+// What a replica's function sees in Strategy::run (tf.distribute.ReplicaContext).
+struct ReplicaContext {
+  int replica_id_in_sync_group = 0;  // worker_index * local replicas + local id
+  int local_replica_id = 0;
+  int num_replicas_in_sync = 1;
+  torch::Device device = torch::kCPU;
+};
+
+// One value per local replica (tf.distribute's PerReplica; experimental_local_results).
+using PerReplica = std::vector<torch::Tensor>;
+
+class Strategy {
+ public:
+  // tf.distribute's default strategy: one replica on the CPU, one worker.
+  Strategy();
+  virtual ~Strategy();
+
+  // "default", "one_device", "mirrored", "multi_worker_mirrored" or "horovod".
+  const std::string& name() const;
+  // The local replicas' devices, one per replica.
+  const std::vector<torch::Device>& devices() const;
+  int num_local_replicas() const;
+  int num_workers() const;
+  int worker_index() const;          // TF's id_in_cluster (kolo's rank)
+  int num_replicas_in_sync() const;  // local replicas x workers
+  bool is_chief() const;
+  const CommunicationOptions& communication_options() const;
+  // Horovod's way (HorovodStrategy): one replica per process, kolo::DistributedOptimizer
+  // averaging gradients, weights broadcast from rank 0, metrics averaged per epoch.
+  bool horovod() const;
+
+  // Runs fn on every local replica, concurrently (one thread each), and returns their
+  // results. The first exception of any replica is rethrown after all have finished.
+  PerReplica run(const std::function<torch::Tensor(const ReplicaContext&)>& fn) const;
+  // Reduces per-replica values over the replicas and workers (every worker must call it):
+  // kSum or kAverage element-wise (axis none), or with axis 0 also over the first
+  // dimension (kAverage then divides by the total number of rows, as TF). The result is
+  // on the CPU.
+  torch::Tensor reduce(ReduceOp op, const PerReplica& values,
+                       std::optional<std::int64_t> axis = std::nullopt) const;
+  // Runs fn(replica) on every local replica's thread; used by Model.
+  void for_each_replica(const std::function<void(int local_replica)>& fn) const;
+
+  struct Impl;
+
+ protected:
+  explicit Strategy(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+  friend class Model;
+};
+
+// tf.distribute.OneDeviceStrategy: one replica on `device` ("cpu", "cpu:0", "gpu:1",
+// "cuda:1", "/device:GPU:0", ...). Throws kolo::Error for a device this process lacks.
+class OneDeviceStrategy : public Strategy {
+ public:
+  explicit OneDeviceStrategy(const std::string& device);
+};
+
+// tf.distribute.MirroredStrategy: one replica per device in this process. Default: every
+// visible GPU, else one replica on the CPU. "cpu:0", "cpu:1", ... are CPU replicas (one
+// thread each), so that mirrored training runs, and is tested, without GPUs. Intra-op
+// threads are shared out: each replica's thread uses cores / replicas of them.
+class MirroredStrategy : public Strategy {
+ public:
+  explicit MirroredStrategy(const std::vector<std::string>& devices = {});
+};
+
+// tf.distribute.MultiWorkerMirroredStrategy: the workers of a job (TF_CONFIG, kolorun,
+// mpirun, torch-style MASTER_ADDR/RANK/WORLD_SIZE, Slurm; see docs/startup.md), each with
+// `devices` as MirroredStrategy's (default: every visible GPU, else the CPU). Calls
+// kolo::init() with the options (unless kolo is running already). Weights are broadcast
+// from the chief when a Model is built; gradients are reduced in process, then through
+// kolo's runtime (fused; with one replica per worker, overlapped with backward).
+class MultiWorkerMirroredStrategy : public Strategy {
+ public:
+  explicit MultiWorkerMirroredStrategy(CommunicationOptions options = {},
+                                       const std::vector<std::string>& devices = {});
+};
+
+// Horovod's way through the same fit(): kolo::init(), one replica per process on
+// kolo::device(), kolo::DistributedOptimizer (averaging), weights broadcast from rank 0,
+// metrics averaged over the workers at each epoch end (Horovod's MetricAverageCallback:
+// an average of the workers' averages).
+class HorovodStrategy : public Strategy {
+ public:
+  HorovodStrategy();
+};
+
+// A device name as TensorFlow or libtorch writes it -> the torch device.
+torch::Device parse_device(const std::string& name);
+
+}  // namespace kolo::train

@@ -1,0 +1,452 @@
+// fit, evaluate and predict (model.h): Keras's loops over a strategy's replicas.
+//
+// One training step, with L local replicas and W workers:
+//   1. every replica (its own thread) takes its slice of the global batch, runs forward,
+//      the loss (per-example losses summed, / its batch size, / num_replicas_in_sync; the
+//      Horovod strategy leaves out the last factor, its optimizer averages) and backward,
+//      and adds its batch to its metric state;
+//   2. L > 1: the replicas' gradients are summed into replica 0's (each thread sums a
+//      share of the parameters);
+//   3. W > 1: replica 0's gradients are summed over the workers by kolo's runtime; with
+//      L == 1 through kolo::DistributedOptimizer, whose hooks start each allreduce during
+//      backward; else one allreduce per gradient after step 2 (fused by the runtime);
+//   4. the optimizer steps replica 0, whose parameters are copied to the others;
+//   5. the metric states are summed over replicas and workers (one small allreduce), so
+//      every worker logs the same exact values.
+//
+// Not for: replicas and the TrainingHost side (model.cc), batching (data.cc).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/logging.h"
+#include "kolo/error.h"
+#include "kolo/kolo.h"
+#include "kolo/train/progbar.h"
+#include "train/model_impl.h"
+
+namespace kolo::train {
+
+namespace {
+
+void require_compiled(const Model::Impl& m, const char* what) {
+  if (!m.compiled) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("Model::") + what +
+                    ": the model is not compiled; call compile(optimizer, loss, metrics) first");
+  }
+}
+
+void require_labels(const Dataset& d, const char* what) {
+  if (!d.file_based() && !d.y().defined()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("Model::") + what + ": the data has no labels (y)");
+  }
+}
+
+// The callbacks of one call: Keras's order (the progress bar first, History last), with
+// the Horovod strategy's metric averaging before everything else.
+struct CallbackList {
+  std::vector<CallbackPtr> all;
+  std::shared_ptr<History> history;
+  void init(TrainingHost* host, const TrainParams& params) {
+    for (auto& c : all) {
+      c->set_host(host);
+      c->set_params(params);
+    }
+  }
+  template <typename F>
+  void each(F&& f) {
+    for (auto& c : all) f(*c);
+  }
+};
+
+CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, bool horovod,
+                            bool history) {
+  CallbackList list;
+  if (horovod) list.all.push_back(std::make_shared<MetricAverage>());
+  bool have_bar = false;
+  for (const auto& c : user) have_bar |= dynamic_cast<ProgbarLogger*>(c.get()) != nullptr;
+  if (verbose != 0 && !have_bar) list.all.push_back(std::make_shared<ProgbarLogger>());
+  for (const auto& c : user) {
+    if (!c) throw Error(ErrorCode::kInvalidArgument, "a callback is null");
+    if (auto h = std::dynamic_pointer_cast<History>(c)) list.history = h;
+    list.all.push_back(c);
+  }
+  if (history && !list.history) {
+    list.history = std::make_shared<History>();
+    list.all.push_back(list.history);
+  }
+  return list;
+}
+
+// The examples of a step for replica r, on its device.
+torch::Tensor rows(const torch::Tensor& t, const torch::Tensor& idx, const torch::Device& d) {
+  return t.index_select(0, idx).to(d);
+}
+
+}  // namespace
+
+// --- one step ---------------------------------------------------------------------------
+
+namespace detail {
+
+// Runs one training step over `pieces` (one index tensor per local replica) and returns
+// this step's metric state summed over every replica of every worker.
+std::vector<double> train_step(Model::Impl& m, const Dataset& data,
+                               const std::vector<torch::Tensor>& pieces) {
+  const int L = m.local();
+  const double replicas = m.strategy.horovod() ? 1.0 : m.strategy.num_replicas_in_sync();
+  std::vector<std::vector<double>> states(
+      static_cast<std::size_t>(L),
+      std::vector<double>(static_cast<std::size_t>(m.state_size), 0.0));
+  m.optimizer->zero_grad();
+  m.strategy.for_each_replica([&](int r) {
+    auto& module = *m.replicas[static_cast<std::size_t>(r)];
+    const torch::Device dev = m.strategy.devices()[static_cast<std::size_t>(r)];
+    if (r > 0) {
+      for (auto& p : m.params[static_cast<std::size_t>(r)]) p.mutable_grad() = torch::Tensor();
+    }
+    const torch::Tensor& idx = pieces[static_cast<std::size_t>(r)];
+    const std::int64_t b = idx.numel();
+    torch::Tensor x = rows(data.x(), idx, dev), y = rows(data.y(), idx, dev);
+    torch::Tensor out = m.forward(module, x);
+    torch::Tensor per = m.loss->per_example(out, y);
+    torch::Tensor loss =
+        per.sum() * (1.0 / static_cast<double>(std::max<std::int64_t>(b, 1)) / replicas);
+    auto& st = states[static_cast<std::size_t>(r)];
+    st[0] = per.detach().sum().item<double>();
+    st[1] = static_cast<double>(b);
+    const torch::Tensor pred = out.detach();
+    for (std::size_t i = 0; i < m.metrics.size(); ++i) {
+      m.metrics[i]->accumulate(pred, y, &st[static_cast<std::size_t>(m.metric_offsets[i])]);
+    }
+    loss.backward();
+  });
+
+  if (L > 1) {
+    // Each replica thread sums its share of the parameters into replica 0's gradients.
+    const std::size_t n = m.params[0].size();
+    m.strategy.for_each_replica([&](int share) {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = static_cast<std::size_t>(share); i < n;
+           i += static_cast<std::size_t>(L)) {
+        torch::Tensor& g0 = m.params[0][i].mutable_grad();
+        for (int r = 1; r < L; ++r) {
+          const torch::Tensor& g = m.params[static_cast<std::size_t>(r)][i].grad();
+          if (!g.defined()) continue;
+          torch::Tensor here = g.to(m.params[0][i].device());
+          if (g0.defined()) {
+            g0.add_(here);
+          } else {
+            g0 = here.clone();
+          }
+        }
+      }
+    });
+  }
+
+  std::vector<double> state(static_cast<std::size_t>(m.state_size), 0.0);
+  for (const auto& st : states) {
+    for (std::size_t i = 0; i < state.size(); ++i) state[i] += st[i];
+  }
+  // Submitted before waiting for the gradients, so that it shares their negotiation.
+  std::optional<TorchHandle> metrics_handle;
+  torch::Tensor state_tensor;
+  if (m.workers() > 1 && !m.strategy.horovod()) {
+    state_tensor = torch::tensor(state, torch::kFloat64);
+    metrics_handle =
+        kolo::allreduce_async(state_tensor, {.name = m.op_name("metrics"), .op = ReduceOp::kSum});
+  }
+  if (m.workers() > 1 && L > 1) {
+    std::vector<TorchHandle> handles;
+    for (std::size_t i = 0; i < m.params[0].size(); ++i) {
+      torch::Tensor& g = m.params[0][i].mutable_grad();
+      if (!g.defined()) g = torch::zeros_like(m.params[0][i]);
+      handles.push_back(kolo::allreduce_async_(
+          g, {.name = "train.grad." + m.param_names[i], .op = ReduceOp::kSum}));
+    }
+    for (auto& h : handles) h.wait();
+  }
+  if (m.distributed) {
+    m.distributed->step();
+  } else {
+    m.optimizer->step();
+  }
+  ++m.iterations;
+  m.copy_to_replicas();
+  if (metrics_handle) {
+    torch::Tensor t = metrics_handle->wait();
+    state.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  }
+  return state;
+}
+
+// Forward only (evaluate): the step's metric state summed over replicas and workers.
+std::vector<double> test_step(Model::Impl& m, const Dataset& data,
+                              const std::vector<torch::Tensor>& pieces) {
+  std::vector<std::vector<double>> states(
+      static_cast<std::size_t>(m.local()),
+      std::vector<double>(static_cast<std::size_t>(m.state_size), 0.0));
+  m.strategy.for_each_replica([&](int r) {
+    torch::NoGradGuard no_grad;  // per thread
+    const torch::Device dev = m.strategy.devices()[static_cast<std::size_t>(r)];
+    const torch::Tensor& idx = pieces[static_cast<std::size_t>(r)];
+    torch::Tensor x = rows(data.x(), idx, dev), y = rows(data.y(), idx, dev);
+    torch::Tensor out = m.forward(*m.replicas[static_cast<std::size_t>(r)], x);
+    torch::Tensor per = m.loss->per_example(out, y);
+    auto& st = states[static_cast<std::size_t>(r)];
+    st[0] = per.sum().item<double>();
+    st[1] = static_cast<double>(idx.numel());
+    for (std::size_t i = 0; i < m.metrics.size(); ++i) {
+      m.metrics[i]->accumulate(out, y, &st[static_cast<std::size_t>(m.metric_offsets[i])]);
+    }
+  });
+  std::vector<double> state(static_cast<std::size_t>(m.state_size), 0.0);
+  for (const auto& st : states) {
+    for (std::size_t i = 0; i < state.size(); ++i) state[i] += st[i];
+  }
+  // The Horovod strategy also evaluates exactly: evaluate() is not averaged by a callback.
+  return m.sum_over_workers(state);
+}
+
+}  // namespace detail
+
+// --- plans -------------------------------------------------------------------------------
+
+namespace {
+
+struct Input {
+  Dataset local;  // what this worker reads
+  AutoShardPolicy policy = AutoShardPolicy::kData;
+  std::int64_t force_steps = -1;
+};
+
+Input prepare(Model::Impl& m, const Dataset& data, std::int64_t batch, std::int64_t max_steps) {
+  Input in;
+  const int W = m.workers();
+  in.policy = data.auto_shard_policy();
+  if (in.policy == AutoShardPolicy::kAuto) {
+    in.policy = data.file_based() ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
+  }
+  if (W == 1) in.policy = AutoShardPolicy::kData;
+  in.local = data.load_for_worker(m.strategy.worker_index(), W);
+  if (in.policy == AutoShardPolicy::kFile && W > 1) {
+    // Workers hold different amounts: all run as many steps as the longest needs, the
+    // others with empty slices once their data is used up.
+    const std::int64_t per_worker = std::max<std::int64_t>(1, batch / W);
+    std::int64_t steps = (in.local.size() + per_worker - 1) / per_worker;
+    if (max_steps >= 0) steps = std::min(steps, max_steps);
+    torch::Tensor t = torch::tensor({steps}, torch::kInt64);
+    t = kolo::allreduce(t, {.name = m.op_name("steps"), .op = ReduceOp::kMax});
+    in.force_steps = t.item<std::int64_t>();
+  }
+  return in;
+}
+
+EpochPlan plan(const Model::Impl& m, const Input& in, std::int64_t batch, bool shuffle,
+               std::uint64_t seed, std::int64_t epoch, std::int64_t max_steps) {
+  PlanOptions o;
+  o.examples = in.local.size();
+  o.global_batch = batch;
+  o.workers = m.strategy.num_workers();
+  o.worker = m.strategy.worker_index();
+  o.local_replicas = m.local();
+  o.policy = in.policy;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.epoch = epoch;
+  o.max_steps = max_steps;
+  o.force_steps = in.force_steps;
+  return plan_epoch(o);
+}
+
+void set_training(Model::Impl& m, bool training) {
+  for (auto& r : m.replicas) r->train(training);
+}
+
+Logs run_evaluate(Model::Impl& m, const Dataset& data, std::int64_t batch, std::int64_t steps,
+                  CallbackList& callbacks, const std::string& prefix) {
+  Input in = prepare(m, data, batch, steps);
+  m.resolve_metrics(in.local.x(), in.local.y());
+  const EpochPlan p = plan(m, in, batch, false, 0, 0, steps);
+  std::vector<double> total(static_cast<std::size_t>(m.state_size), 0.0);
+  Logs begin;
+  callbacks.each([&](Callback& c) { c.on_test_begin(begin); });
+  set_training(m, false);
+  for (std::int64_t s = 0; s < p.steps; ++s) {
+    Logs none;
+    callbacks.each([&](Callback& c) { c.on_test_batch_begin(static_cast<int>(s), none); });
+    const auto st = detail::test_step(m, in.local, p.pieces[static_cast<std::size_t>(s)]);
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += st[i];
+    Logs logs = m.logs_of(total);
+    callbacks.each([&](Callback& c) { c.on_test_batch_end(static_cast<int>(s), logs); });
+  }
+  set_training(m, true);
+  Logs logs = m.logs_of(total);
+  callbacks.each([&](Callback& c) { c.on_test_end(logs); });
+  if (prefix.empty()) return logs;
+  Logs out;
+  for (const auto& [k, v] : logs) out.set(prefix + k, v);
+  return out;
+}
+
+bool validate_at(const FitOptions& o, int epoch) {
+  if (!o.validation_epochs.empty()) {
+    return std::find(o.validation_epochs.begin(), o.validation_epochs.end(), epoch + 1) !=
+           o.validation_epochs.end();
+  }
+  return o.validation_freq > 0 && (epoch + 1) % o.validation_freq == 0;
+}
+
+}  // namespace
+
+// --- fit -------------------------------------------------------------------------------------
+
+History Model::fit(const torch::Tensor& x, const torch::Tensor& y, FitOptions options) {
+  return fit(Dataset::from_tensors(x, y), std::move(options));
+}
+
+History Model::fit(const Dataset& data_in, FitOptions o) {
+  Impl& m = *impl_;
+  require_compiled(m, "fit");
+  require_labels(data_in, "fit");
+  if (o.epochs < 0 || o.initial_epoch < 0) {
+    throw Error(ErrorCode::kInvalidArgument, "fit: epochs and initial_epoch must be >= 0");
+  }
+  if (o.validation_split < 0 || o.validation_split >= 1) {
+    throw Error(ErrorCode::kInvalidArgument, "fit: validation_split must be in [0, 1), not " +
+                                                 std::to_string(o.validation_split));
+  }
+  Dataset train = data_in;
+  std::optional<Dataset> validation = o.validation_data;
+  if (!validation && o.validation_split > 0) {
+    if (data_in.file_based()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "fit: validation_split needs tensors, not a dataset of files; pass "
+                  "validation_data");
+    }
+    // Keras: the last fraction, before shuffling.
+    const std::int64_t n = data_in.size();
+    const auto split_at =
+        static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1.0 - o.validation_split)));
+    validation = data_in.slice(split_at, n);
+    train = data_in.slice(0, split_at);
+  }
+  if (validation) require_labels(*validation, "fit (validation_data)");
+  const std::int64_t val_batch =
+      o.validation_batch_size > 0 ? o.validation_batch_size : o.batch_size;
+
+  Input in = prepare(m, train, o.batch_size, o.steps_per_epoch);
+  m.resolve_metrics(in.local.x(), in.local.y());
+  const std::int64_t steps = plan(m, in, o.batch_size, false, 0, 0, o.steps_per_epoch).steps;
+
+  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, m.strategy.horovod(), true);
+  TrainParams params;
+  params.epochs = o.epochs;
+  params.initial_epoch = o.initial_epoch;
+  params.steps = steps;
+  params.verbose = o.verbose;
+  params.metrics = metrics_names();
+  if (validation) {
+    for (const auto& n : metrics_names()) params.metrics.push_back("val_" + n);
+  }
+  callbacks.init(this, params);
+
+  m.stop = false;
+  m.resume_epoch = -1;
+  Logs begin;
+  callbacks.each([&](Callback& c) { c.on_train_begin(begin); });
+  const int first = m.resume_epoch >= 0 ? m.resume_epoch : o.initial_epoch;
+  Logs epoch_logs;
+  for (int epoch = first; epoch < o.epochs && !m.stop; ++epoch) {
+    Logs none;
+    callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, none); });
+    set_training(m, true);
+    const EpochPlan p = plan(m, in, o.batch_size, o.shuffle, o.seed, epoch, o.steps_per_epoch);
+    std::vector<double> total(static_cast<std::size_t>(m.state_size), 0.0);
+    for (std::int64_t s = 0; s < p.steps; ++s) {
+      Logs batch_begin;
+      callbacks.each(
+          [&](Callback& c) { c.on_train_batch_begin(static_cast<int>(s), batch_begin); });
+      const auto st = detail::train_step(m, in.local, p.pieces[static_cast<std::size_t>(s)]);
+      for (std::size_t i = 0; i < total.size(); ++i) total[i] += st[i];
+      Logs logs = m.logs_of(total);
+      callbacks.each([&](Callback& c) { c.on_train_batch_end(static_cast<int>(s), logs); });
+      if (m.stop) break;
+    }
+    epoch_logs = m.logs_of(total);
+    if (validation && validate_at(o, epoch)) {
+      CallbackList quiet = callbacks;  // the same callbacks see the test hooks (Keras)
+      Logs val = run_evaluate(m, *validation, val_batch, o.validation_steps, quiet, "val_");
+      for (const auto& [k, v] : val) epoch_logs.set(k, v);
+    }
+    callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, epoch_logs); });
+  }
+  callbacks.each([&](Callback& c) { c.on_train_end(epoch_logs); });
+  return *callbacks.history;
+}
+
+// --- evaluate and predict --------------------------------------------------------------------
+
+Logs Model::evaluate(const torch::Tensor& x, const torch::Tensor& y, EvaluateOptions options) {
+  return evaluate(Dataset::from_tensors(x, y), std::move(options));
+}
+
+Logs Model::evaluate(const Dataset& data, EvaluateOptions o) {
+  Impl& m = *impl_;
+  require_compiled(m, "evaluate");
+  require_labels(data, "evaluate");
+  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, false, false);
+  TrainParams params;
+  params.verbose = o.verbose;
+  params.metrics = metrics_names();
+  callbacks.init(this, params);
+  return run_evaluate(m, data, o.batch_size, o.steps, callbacks, "");
+}
+
+torch::Tensor Model::predict(const torch::Tensor& x, PredictOptions options) {
+  return predict(Dataset::from_tensors(x), std::move(options));
+}
+
+torch::Tensor Model::predict(const Dataset& data, PredictOptions o) {
+  Impl& m = *impl_;
+  // Every worker predicts its replicas' slices of each batch; the slices are gathered in
+  // order, so that every worker returns the outputs of every example.
+  Dataset all = data.with_auto_shard_policy(AutoShardPolicy::kData);
+  Input in = prepare(m, all, o.batch_size, o.steps);
+  const EpochPlan p = plan(m, in, o.batch_size, false, 0, 0, o.steps);
+  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, false, false);
+  TrainParams params;
+  params.verbose = o.verbose;
+  params.steps = p.steps;
+  callbacks.init(this, params);
+  Logs begin;
+  callbacks.each([&](Callback& c) { c.on_predict_begin(begin); });
+  set_training(m, false);
+  std::vector<torch::Tensor> outputs;
+  for (std::int64_t s = 0; s < p.steps; ++s) {
+    Logs none;
+    callbacks.each([&](Callback& c) { c.on_predict_batch_begin(static_cast<int>(s), none); });
+    std::vector<torch::Tensor> mine(static_cast<std::size_t>(m.local()));
+    m.strategy.for_each_replica([&](int r) {
+      torch::NoGradGuard no_grad;
+      const torch::Device dev = m.strategy.devices()[static_cast<std::size_t>(r)];
+      const torch::Tensor x = rows(
+          in.local.x(), p.pieces[static_cast<std::size_t>(s)][static_cast<std::size_t>(r)], dev);
+      mine[static_cast<std::size_t>(r)] =
+          m.forward(*m.replicas[static_cast<std::size_t>(r)], x).to(torch::kCPU);
+    });
+    torch::Tensor step = torch::cat(mine);
+    if (m.workers() > 1) step = kolo::allgather(step.contiguous(), {.name = m.op_name("predict")});
+    outputs.push_back(step);
+    Logs logs;
+    callbacks.each([&](Callback& c) { c.on_predict_batch_end(static_cast<int>(s), logs); });
+  }
+  set_training(m, true);
+  Logs end;
+  callbacks.each([&](Callback& c) { c.on_predict_end(end); });
+  return outputs.empty() ? torch::Tensor() : torch::cat(outputs);
+}
+
+}  // namespace kolo::train

@@ -1,0 +1,56 @@
+// Model's state, shared by model.cc (construction, compile, TrainingHost) and fit.cc
+// (the fit/evaluate/predict loops).
+//
+// Threads: a Model is used by one thread at a time (as Keras's); during a step the
+// strategy's replica threads each touch only their own replica's module and state.
+// Not for: the public interface (include/kolo/train/model.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/torch.h"
+#include "kolo/train/model.h"
+
+namespace kolo::train {
+
+struct Model::Impl {
+  Strategy strategy;
+  Forward forward;
+  // replicas[0] is the user's module; the others are clones on the other devices.
+  std::vector<std::shared_ptr<torch::nn::Module>> replicas;
+  std::vector<std::string> param_names, buffer_names;
+  std::vector<std::vector<torch::Tensor>> params, buffers;  // [replica][i]
+
+  bool compiled = false;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;  // over replica 0's parameters
+  // Gradients across workers with one replica per worker (overlapped with backward).
+  std::unique_ptr<DistributedOptimizer> distributed;
+  LossPtr loss;
+  std::vector<MetricSpec> metric_specs;
+  std::vector<MetricPtr> metrics;   // resolved at the first batch
+  std::vector<int> metric_offsets;  // into a state vector: [loss sum, count, metrics...]
+  int state_size = 2;
+
+  bool stop = false;
+  std::int64_t iterations = 0;
+  int resume_epoch = -1;
+  std::uint64_t ops = 0;  // names this model's collectives (the same sequence on every worker)
+
+  int local() const { return static_cast<int>(replicas.size()); }
+  int workers() const { return strategy.num_workers(); }
+  std::string op_name(const std::string& what) {
+    return "train." + what + "." + std::to_string(ops++);
+  }
+  // Replica 0's parameters and buffers -> every other replica.
+  void copy_to_replicas();
+  // Called before the first batch: resolves "accuracy" & co. from the shapes.
+  void resolve_metrics(const torch::Tensor& x, const torch::Tensor& y);
+  // Sums per-worker state vectors over the workers (a no-op with one).
+  std::vector<double> sum_over_workers(const std::vector<double>& state);
+  Logs logs_of(const std::vector<double>& state, const std::string& prefix = "") const;
+};
+
+}  // namespace kolo::train

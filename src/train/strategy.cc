@@ -1,0 +1,311 @@
+// Strategies (strategy.h): which replicas a process runs and on which devices, the
+// threads that run them, and the reductions over replicas and workers.
+//
+// Threads: the local replica 0 runs on the calling thread, replicas 1..n-1 each on a
+// thread of their own that lives as long as the strategy (its Impl), so that every step
+// does not start threads. Not for: training steps (model.cc).
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/logging.h"
+#include "kolo/error.h"
+#include "kolo/kolo.h"
+#include "kolo/torch.h"
+#include "train/strategy_impl.h"
+
+namespace kolo::train {
+
+// --- ReplicaPool -------------------------------------------------------------------------
+
+ReplicaPool::ReplicaPool(int replicas, int intra_op_threads) : size_(replicas) {
+  for (int r = 1; r < replicas; ++r) {
+    threads_.emplace_back([this, r, intra_op_threads] { serve(r, intra_op_threads); });
+  }
+}
+
+ReplicaPool::~ReplicaPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ReplicaPool::serve(int replica, int intra_op_threads) {
+  // OpenMP's thread count is per thread: set it here, once, for this replica's ops.
+  if (intra_op_threads > 0) at::set_num_threads(intra_op_threads);
+  std::uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* fn;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      fn = fn_;
+    }
+    std::exception_ptr error;
+    try {
+      (*fn)(replica);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error && !error_) error_ = error;
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+}
+
+void ReplicaPool::run(const std::function<void(int)>& fn) {
+  if (size_ == 1) {
+    fn(0);
+    return;
+  }
+  std::lock_guard<std::mutex> one_at_a_time(run_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    pending_ = size_ - 1;
+    error_ = nullptr;
+    ++generation_;
+  }
+  cv_.notify_all();
+  std::exception_ptr mine;
+  try {
+    fn(0);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::exception_ptr theirs;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    theirs = error_;
+    fn_ = nullptr;
+  }
+  if (mine) std::rethrow_exception(mine);
+  if (theirs) std::rethrow_exception(theirs);
+}
+
+// --- devices -----------------------------------------------------------------------------
+
+torch::Device parse_device(const std::string& name) {
+  std::string s;
+  for (char c : name) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s.rfind("/device:", 0) == 0) s = s.substr(8);
+  if (!s.empty() && s[0] == '/') s = s.substr(1);
+  std::string kind = s, index;
+  if (auto colon = s.find(':'); colon != std::string::npos) {
+    kind = s.substr(0, colon);
+    index = s.substr(colon + 1);
+  }
+  const bool digits = !index.empty() && std::all_of(index.begin(), index.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  if ((!index.empty() && !digits) || (kind != "cpu" && kind != "gpu" && kind != "cuda")) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "unknown device '" + name +
+                    "': use cpu, cpu:N (CPU replicas), gpu:N or cuda:N (TensorFlow's "
+                    "/device:GPU:N also works)");
+  }
+  if (kind == "cpu") return torch::Device(torch::kCPU);
+  const int i = index.empty() ? 0 : std::stoi(index);
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (i >= gpus) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "device '" + name + "' does not exist: this process sees " + std::to_string(gpus) +
+                    (gpus == 1 ? " GPU" : " GPUs"));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+}
+
+namespace {
+
+std::vector<torch::Device> default_devices() {
+  std::vector<torch::Device> out;
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  for (int i = 0; i < gpus; ++i) out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  if (out.empty()) out.emplace_back(torch::kCPU);
+  return out;
+}
+
+std::vector<torch::Device> parse_devices(const std::vector<std::string>& names) {
+  if (names.empty()) return default_devices();
+  std::vector<torch::Device> out;
+  for (const auto& n : names) out.push_back(parse_device(n));
+  return out;
+}
+
+std::shared_ptr<Strategy::Impl> make_impl(std::string name, std::vector<torch::Device> devices,
+                                          int workers, int worker) {
+  auto impl = std::make_shared<Strategy::Impl>();
+  impl->name = std::move(name);
+  impl->devices = std::move(devices);
+  impl->workers = workers;
+  impl->worker = worker;
+  const int replicas = static_cast<int>(impl->devices.size());
+  int threads = 0;
+  if (replicas > 1) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = std::max<int>(1, static_cast<int>(cores > 0 ? cores : 1) / replicas);
+    at::set_num_threads(threads);  // replica 0 runs on this thread
+  }
+  impl->pool = std::make_unique<ReplicaPool>(replicas, threads);
+  return impl;
+}
+
+}  // namespace
+
+// --- Strategy ----------------------------------------------------------------------------
+
+Strategy::Strategy() : impl_(make_impl("default", {torch::Device(torch::kCPU)}, 1, 0)) {}
+Strategy::Strategy(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Strategy::~Strategy() = default;
+
+const std::string& Strategy::name() const { return impl_->name; }
+const std::vector<torch::Device>& Strategy::devices() const { return impl_->devices; }
+int Strategy::num_local_replicas() const { return static_cast<int>(impl_->devices.size()); }
+int Strategy::num_workers() const { return impl_->workers; }
+int Strategy::worker_index() const { return impl_->worker; }
+int Strategy::num_replicas_in_sync() const { return num_local_replicas() * impl_->workers; }
+bool Strategy::is_chief() const { return impl_->worker == 0; }
+const CommunicationOptions& Strategy::communication_options() const { return impl_->options; }
+bool Strategy::horovod() const { return impl_->horovod; }
+
+void Strategy::for_each_replica(const std::function<void(int)>& fn) const { impl_->pool->run(fn); }
+
+PerReplica Strategy::run(const std::function<torch::Tensor(const ReplicaContext&)>& fn) const {
+  PerReplica out(static_cast<std::size_t>(num_local_replicas()));
+  for_each_replica([&](int r) {
+    ReplicaContext c;
+    c.local_replica_id = r;
+    c.replica_id_in_sync_group = worker_index() * num_local_replicas() + r;
+    c.num_replicas_in_sync = num_replicas_in_sync();
+    c.device = devices()[static_cast<std::size_t>(r)];
+    out[static_cast<std::size_t>(r)] = fn(c);
+  });
+  return out;
+}
+
+torch::Tensor Strategy::reduce(ReduceOp op, const PerReplica& values,
+                               std::optional<std::int64_t> axis) const {
+  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Strategy::reduce: only kSum and kAverage (TensorFlow's SUM and MEAN)");
+  }
+  if (static_cast<int>(values.size()) != num_local_replicas()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Strategy::reduce: " + std::to_string(values.size()) + " values for " +
+                    std::to_string(num_local_replicas()) +
+                    " local replicas; pass what Strategy::run returned");
+  }
+  if (axis && *axis != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "Strategy::reduce: axis must be none or 0");
+  }
+  torch::Tensor total;
+  double rows = 0;
+  for (const auto& v : values) {
+    torch::Tensor x = v.detach().to(torch::kCPU);
+    if (axis) {
+      rows += x.dim() > 0 ? static_cast<double>(x.size(0)) : 1.0;
+      x = x.dim() > 0 ? x.sum(0) : x;
+    }
+    total = total.defined() ? total + x : x.clone();
+  }
+  if (num_workers() > 1) {
+    const std::string name = "train.reduce." + std::to_string(impl_->reduces++);
+    total = kolo::allreduce(total.contiguous(), {.name = name, .op = ReduceOp::kSum});
+    if (axis && op == ReduceOp::kAverage) {
+      torch::Tensor r = torch::tensor({rows}, torch::kFloat64);
+      rows = kolo::allreduce(r, {.name = name + ".rows", .op = ReduceOp::kSum}).item<double>();
+    }
+  }
+  if (op == ReduceOp::kAverage) {
+    total = total / (axis ? rows : static_cast<double>(num_replicas_in_sync()));
+  }
+  return total;
+}
+
+// --- the strategies ------------------------------------------------------------------------
+
+OneDeviceStrategy::OneDeviceStrategy(const std::string& device)
+    : Strategy(make_impl("one_device", {parse_device(device)}, 1, 0)) {}
+
+MirroredStrategy::MirroredStrategy(const std::vector<std::string>& devices)
+    : Strategy(make_impl("mirrored", parse_devices(devices), 1, 0)) {}
+
+namespace {
+
+std::shared_ptr<Strategy::Impl> multi_worker_impl(const CommunicationOptions& options,
+                                                  const std::vector<std::string>& devices) {
+  std::map<std::string, std::string> settings;
+  if (options.bytes_per_pack < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "CommunicationOptions: bytes_per_pack must be >= 0, not " +
+                    std::to_string(options.bytes_per_pack));
+  }
+  if (options.bytes_per_pack > 0) {
+    settings["KOLO_FUSION_THRESHOLD"] = std::to_string(options.bytes_per_pack);
+  }
+  if (options.timeout_seconds) {
+    if (*options.timeout_seconds <= 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CommunicationOptions: timeout_seconds must be positive");
+    }
+    settings["KOLO_PEER_TIMEOUT_SECONDS"] = std::to_string(*options.timeout_seconds);
+  }
+  if (options.implementation == CommunicationImplementation::kRing) {
+    settings["KOLO_TRANSPORT"] = "gloo";
+  }
+  if (options.implementation == CommunicationImplementation::kNccl &&
+      torch::cuda::device_count() == 0) {
+    KOLO_LOG(kWarning, "train") << "Enabled NCCL communication but no GPUs detected/specified; "
+                                   "using kolo's CPU transports";
+  }
+  if (kolo::is_initialized() && !settings.empty()) {
+    KOLO_LOG(kWarning, "train")
+        << "MultiWorkerMirroredStrategy: kolo was already initialized, so its "
+           "CommunicationOptions do not apply (set them before kolo::init, or as KOLO_* "
+           "variables)";
+  }
+  kolo::init(settings);
+  std::vector<torch::Device> devs;
+  if (!devices.empty()) {
+    for (const auto& d : devices) devs.push_back(parse_device(d));
+  } else if (torch::cuda::device_count() > 0 && kolo::local_size() > 1) {
+    devs.push_back(kolo::device());  // one GPU per process, as the founding documents pin
+  } else {
+    devs = default_devices();
+  }
+  auto impl = make_impl("multi_worker_mirrored", std::move(devs), kolo::size(), kolo::rank());
+  impl->options = options;
+  return impl;
+}
+
+std::shared_ptr<Strategy::Impl> horovod_impl() {
+  kolo::init();
+  auto impl = make_impl("horovod", {kolo::device()}, kolo::size(), kolo::rank());
+  impl->horovod = true;
+  return impl;
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions options,
+                                                         const std::vector<std::string>& devices)
+    : Strategy(multi_worker_impl(options, devices)) {}
+
+HorovodStrategy::HorovodStrategy() : Strategy(horovod_impl()) {}
+
+}  // namespace kolo::train

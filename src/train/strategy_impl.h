@@ -1,0 +1,58 @@
+// The state behind a Strategy handle, shared by its copies and used by model.cc.
+//
+// Not for: the public interface (include/kolo/train/strategy.h).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo/train/strategy.h"
+
+namespace kolo::train {
+
+// Runs a function on every local replica at once: replica 0 on the caller's thread, the
+// others on threads of their own. One run at a time.
+class ReplicaPool {
+ public:
+  // intra_op_threads > 0: each replica thread sets libtorch's thread count to it.
+  ReplicaPool(int replicas, int intra_op_threads);
+  ~ReplicaPool();
+  ReplicaPool(const ReplicaPool&) = delete;
+  ReplicaPool& operator=(const ReplicaPool&) = delete;
+  // fn(r) for every replica r; waits for all; rethrows the first exception (replica 0's
+  // first, else another's).
+  void run(const std::function<void(int)>& fn);
+  int size() const { return size_; }
+
+ private:
+  void serve(int replica, int intra_op_threads);
+  const int size_;
+  std::mutex run_mu_;  // one run() at a time
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int)>* fn_ = nullptr;  // GUARDED_BY(mu_)
+  std::uint64_t generation_ = 0;                  // GUARDED_BY(mu_)
+  int pending_ = 0;                               // GUARDED_BY(mu_)
+  bool stopping_ = false;                         // GUARDED_BY(mu_)
+  std::exception_ptr error_;                      // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+struct Strategy::Impl {
+  std::string name;
+  std::vector<torch::Device> devices;
+  int workers = 1, worker = 0;
+  bool horovod = false;
+  CommunicationOptions options;
+  std::unique_ptr<ReplicaPool> pool;
+  std::uint64_t reduces = 0;  // names the collectives of Strategy::reduce
+};
+
+}  // namespace kolo::train
