@@ -77,7 +77,7 @@ class Model : public TrainingHost {
       : Model(
             std::static_pointer_cast<torch::nn::Module>(module),
             [](torch::nn::Module& m, const torch::Tensor& x) {
-              return static_cast<Impl&>(m).forward(x);
+              return dynamic_cast<Impl&>(m).forward(x);
             },
             std::move(strategy)) {}
   using Forward = std::function<torch::Tensor(torch::nn::Module&, const torch::Tensor&)>;

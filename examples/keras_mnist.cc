@@ -1,0 +1,182 @@
+// The second founding program: TensorFlow's strategy + Keras workflow, in C++ on libtorch.
+//
+//   strategy = tf.distribute.MirroredStrategy()   # or MultiWorkerMirroredStrategy() + TF_CONFIG
+//   with strategy.scope():
+//       model = Sequential([Dense(64, relu, input_shape=(784,)), Dense(10)])
+//       model.compile(optimizer=Adam(), loss=SparseCategoricalCrossentropy(from_logits=True),
+//                     metrics=['accuracy'])
+//   model.fit(x_train / 255, y_train, epochs=5)
+//
+// Run it (README, "The TensorFlow way"):
+//   build/bin/keras_mnist                                          one process, one replica
+//   build/bin/keras_mnist --strategy mirrored --devices cpu:0,cpu:1    2 replicas, 1 process
+//   build/bin/kolorun -np 2 build/bin/keras_mnist --strategy multiworker
+//   TF_CONFIG='{"cluster":{"worker":["localhost:12345","localhost:23456"]},
+//              "task":{"type":"worker","index":0}}' build/bin/keras_mnist --strategy multiworker
+//   (and index 1 in a second shell)
+//   build/bin/kolorun -np 2 build/bin/keras_mnist --strategy horovod
+// --batch-size is GLOBAL (over every replica of every worker), as in Keras.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "kolo/torch.h"
+#include "kolo/train.h"
+
+namespace kt = kolo::train;
+
+namespace {
+
+struct Flags {
+  std::string strategy = "default";
+  std::string devices;  // comma-separated, for mirrored and multiworker
+  int epochs = 5;
+  std::int64_t batch_size = 32;
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string logdir, backup_dir, checkpoint, summary_json;
+  std::int64_t steps_per_epoch = -1;
+  int verbose = 1;
+  double learning_rate = 0.001;
+  int warmup_epochs = 0;
+  std::uint64_t seed = 42;
+  int threads = 0;  // 0: libtorch's default (the strategy shares cores among replicas)
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+kt::Strategy make_strategy(const Flags& f) {
+  if (f.strategy == "default") return kt::Strategy();
+  if (f.strategy == "mirrored") return kt::MirroredStrategy(split(f.devices));
+  if (f.strategy == "multiworker") return kt::MultiWorkerMirroredStrategy({}, split(f.devices));
+  return kt::HorovodStrategy();
+}
+
+// Times the training batches only (not validation, not start-up).
+struct Throughput : kt::Callback {
+  std::chrono::steady_clock::time_point start;
+  double seconds = 0;
+  void on_epoch_begin(int, kt::Logs&) override { start = std::chrono::steady_clock::now(); }
+  void on_epoch_end(int, kt::Logs&) override {
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+int run(const Flags& f) {
+  if (f.threads > 0) torch::set_num_threads(f.threads);
+  kt::Strategy strategy = make_strategy(f);
+  torch::manual_seed(f.seed);
+  kt::Model model(kt::Sequential({kt::Dense(64, "relu", 784), kt::Dense(10)}), strategy);
+  model.compile(kt::Adam{.learning_rate = f.learning_rate},
+                std::make_shared<kt::SparseCategoricalCrossentropy>(/*from_logits=*/true),
+                {"accuracy"});
+
+  const kt::Dataset train = kt::Dataset::from_idx(f.data + "/train-images-idx3-ubyte.gz",
+                                                  f.data + "/train-labels-idx1-ubyte.gz");
+  const kt::Dataset test = kt::Dataset::from_idx(f.data + "/t10k-images-idx3-ubyte.gz",
+                                                 f.data + "/t10k-labels-idx1-ubyte.gz");
+  auto throughput = std::make_shared<Throughput>();
+  kt::FitOptions fit{.epochs = f.epochs, .batch_size = f.batch_size, .verbose = f.verbose};
+  fit.seed = f.seed;
+  fit.steps_per_epoch = f.steps_per_epoch;
+  fit.callbacks.push_back(throughput);
+  if (!f.backup_dir.empty()) {
+    fit.callbacks.push_back(std::make_shared<kt::BackupAndRestore>(
+        kt::BackupAndRestoreOptions{.backup_dir = f.backup_dir}));
+  }
+  if (!f.checkpoint.empty()) {
+    fit.callbacks.push_back(std::make_shared<kt::ModelCheckpoint>(
+        kt::ModelCheckpointOptions{.filepath = f.checkpoint, .monitor = "loss"}));
+  }
+  if (!f.logdir.empty()) {
+    fit.callbacks.push_back(std::make_shared<kt::TensorBoard>(kt::TensorBoardOptions{.log_dir = f.logdir}));
+  }
+  if (f.warmup_epochs > 0) {
+    fit.callbacks.push_back(std::make_shared<kt::LearningRateWarmup>(kt::LearningRateWarmupOptions{
+        .initial_lr = f.learning_rate, .warmup_epochs = f.warmup_epochs}));
+  }
+  kt::History history = model.fit(train, fit);
+  const kt::Logs result = model.evaluate(test, {.batch_size = 1000, .verbose = 0});
+  const double accuracy = result.get("accuracy").value_or(0);
+  if (strategy.is_chief()) {
+    std::printf("test: loss %.4f - accuracy %.4f\n", result.get("loss").value_or(0), accuracy);
+    if (!f.summary_json.empty()) {
+      const auto& losses = history.history["loss"];
+      std::int64_t images = 0;
+      for (int e : history.epochs) {
+        (void)e;
+        images += f.steps_per_epoch > 0 ? std::min<std::int64_t>(f.steps_per_epoch * f.batch_size, train.size())
+                                        : train.size();
+      }
+      double parameter_sum = 0;
+      for (const auto& p : model.module().parameters()) parameter_sum += p.abs().sum().item<double>();
+      const nlohmann::json summary = {
+          {"strategy", f.strategy},
+          {"replicas", strategy.num_replicas_in_sync()},
+          {"workers", strategy.num_workers()},
+          {"epochs", f.epochs},
+          {"epochs_run", history.epochs.size()},
+          {"first_epoch", history.epochs.empty() ? -1 : history.epochs.front()},
+          {"test_accuracy", accuracy},
+          {"train_loss", losses.empty() ? 0.0 : losses.back()},
+          {"parameter_sum", parameter_sum},
+          {"images_per_sec", throughput->seconds > 0 ? images / throughput->seconds : 0.0}};
+      const std::string tmp = f.summary_json + ".tmp";
+      std::ofstream(tmp) << summary.dump(2) << "\n";
+      std::rename(tmp.c_str(), f.summary_json.c_str());
+    }
+  }
+  if (kolo::is_initialized()) kolo::shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Fashion-MNIST the TensorFlow way: a strategy, compile and fit (kolo::train)"};
+  app.add_option("--strategy", f.strategy, "default, mirrored, multiworker or horovod")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "mirrored", "multiworker", "horovod"}));
+  app.add_option("--devices", f.devices, "replicas' devices, e.g. cpu:0,cpu:1 (default: GPUs, else the CPU)");
+  app.add_option("--epochs", f.epochs, "epochs")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--batch-size", f.batch_size, "GLOBAL batch size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 60000));
+  app.add_option("--data", f.data, "directory of the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
+  app.add_option("--logdir", f.logdir, "TensorBoard logs here (train/, validation/)");
+  app.add_option("--backup-dir", f.backup_dir, "BackupAndRestore: resume here after a crash");
+  app.add_option("--checkpoint", f.checkpoint, "ModelCheckpoint file path template, e.g. ckpt-{epoch:02d}");
+  app.add_option("--summary-json", f.summary_json, "write the results here (chief)");
+  app.add_option("--steps-per-epoch", f.steps_per_epoch, "cap each epoch (-1: the whole data)")
+      ->capture_default_str();
+  app.add_option("--verbose", f.verbose, "0 silent, 1 progress bar, 2 a line per epoch")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2));
+  app.add_option("--learning-rate", f.learning_rate, "Adam's learning rate")->capture_default_str();
+  app.add_option("--warmup-epochs", f.warmup_epochs, "Horovod's learning-rate warm-up over N epochs")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "initial weights and shuffle")->capture_default_str();
+  app.add_option("--threads", f.threads, "torch intra-op threads (0: default)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(f);
+  } catch (const kolo::Error& e) {
+    std::fprintf(stderr, "keras_mnist: kolo error (%s): %s\n", kolo::error_code_name(e.code()), e.what());
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "keras_mnist: error: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "keras_mnist: error: %s\n", e.what());
+  }
+  return 1;
+}
