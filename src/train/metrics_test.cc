@@ -60,147 +60,164 @@ bool gradient_finite(const Loss& loss, torch::Tensor y_pred, const torch::Tensor
 
 // --- losses ---------------------------------------------------------------------------------
 
-TEST(SparseCategoricalCrossentropyTest, FromLogitsMatchesHandFormulaAndTorch) {
-  const auto logits = floats({1, 2, 3, 0.5f, -1, 2, 0, 0, 0}, {3, 3});
-  const auto labels = longs({2, 0, 1});
-  const auto got = SparseCategoricalCrossentropy(true).per_example(logits, labels);
-  // -log softmax(x)[y] = logsumexp(x) - x[y]
-  const double row0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0;
-  EXPECT_NEAR(got[0].item<double>(), row0, 1e-5);
-  EXPECT_NEAR(got[2].item<double>(), std::log(3.0), 1e-5);
-  expect_close(
-      got, F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kNone)));
+TEST(SparseCategoricalCrossentropyTest, MatchesHandFormulaTorchAndItsLogitsForm) {
+  {
+    SCOPED_TRACE("FromLogitsMatchesHandFormulaAndTorch");
+    const auto logits = floats({1, 2, 3, 0.5f, -1, 2, 0, 0, 0}, {3, 3});
+    const auto labels = longs({2, 0, 1});
+    const auto got = SparseCategoricalCrossentropy(true).per_example(logits, labels);
+    // -log softmax(x)[y] = logsumexp(x) - x[y]
+    const double row0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0;
+    EXPECT_NEAR(got[0].item<double>(), row0, 1e-5);
+    EXPECT_NEAR(got[2].item<double>(), std::log(3.0), 1e-5);
+    expect_close(got, F::cross_entropy(logits, labels,
+                                       F::CrossEntropyFuncOptions().reduction(torch::kNone)));
+  }
+  {
+    SCOPED_TRACE("ProbabilitiesGiveTheLogitsValue");
+    const auto logits = floats({1, 2, 3, 0.5f, -1, 2}, {2, 3});
+    const auto labels = longs({2, 1});
+    expect_close(
+        SparseCategoricalCrossentropy(false).per_example(torch::softmax(logits, -1), labels),
+        SparseCategoricalCrossentropy(true).per_example(logits, labels));
+  }
+  {
+    SCOPED_TRACE("LabelsWithATrailingOneOrAsFloats");
+    const auto probs = floats({0.2f, 0.8f, 0.6f, 0.4f}, {2, 2});
+    const auto want = torch::tensor({-std::log(0.8), -std::log(0.6)}, torch::kDouble);
+    const SparseCategoricalCrossentropy loss;
+    expect_close(loss.per_example(probs, longs({1, 0})), want);
+    expect_close(loss.per_example(probs, longs({1, 0}).reshape({2, 1})), want);
+    expect_close(loss.per_example(probs, floats({1, 0}, {2, 1})), want);
+  }
+  {
+    SCOPED_TRACE("SequencesAverageTheirSteps");
+    // [batch 2, steps 3, classes 4]: an example's value is the mean over its steps.
+    const auto logits = torch::randn({2, 3, 4}, torch::TensorOptions().dtype(torch::kFloat));
+    const auto labels = torch::randint(0, 4, {2, 3}, torch::kLong);
+    const auto per_step = F::cross_entropy(logits.reshape({6, 4}), labels.reshape({6}),
+                                           F::CrossEntropyFuncOptions().reduction(torch::kNone));
+    expect_close(SparseCategoricalCrossentropy(true).per_example(logits, labels),
+                 per_step.reshape({2, 3}).mean(1));
+  }
 }
 
-TEST(SparseCategoricalCrossentropyTest, ProbabilitiesGiveTheLogitsValue) {
-  const auto logits = floats({1, 2, 3, 0.5f, -1, 2}, {2, 3});
-  const auto labels = longs({2, 1});
-  expect_close(SparseCategoricalCrossentropy(false).per_example(torch::softmax(logits, -1), labels),
-               SparseCategoricalCrossentropy(true).per_example(logits, labels));
+TEST(SparseCategoricalCrossentropyTest, ClipsToEpsilonAndRejectsLabelsOutsideTheClasses) {
+  {
+    SCOPED_TRACE("ClipsProbabilitiesToEpsilon");
+    // p = [1, 0], label 1: clipped to [1 - 1e-7, 1e-7], renormalised by the softmax.
+    const auto probs = floats({1, 0}, {1, 2});
+    const SparseCategoricalCrossentropy loss;
+    EXPECT_NEAR(loss.per_example(probs, longs({1})).item<double>(), -std::log(kEps), 1e-3);
+    EXPECT_TRUE(gradient_finite(loss, probs, longs({1})));
+    EXPECT_TRUE(gradient_finite(SparseCategoricalCrossentropy(true), floats({1000, -1000}, {1, 2}),
+                                longs({1})));
+  }
+  {
+    SCOPED_TRACE("RejectsLabelsOutsideTheClasses");
+    const auto msg = error_of([] {
+      SparseCategoricalCrossentropy().per_example(torch::full({2, 3}, 1.0 / 3), longs({0, 3}));
+    });
+    EXPECT_NE(msg.find("label 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  }
 }
 
-TEST(SparseCategoricalCrossentropyTest, LabelsWithATrailingOneOrAsFloats) {
-  const auto probs = floats({0.2f, 0.8f, 0.6f, 0.4f}, {2, 2});
-  const auto want = torch::tensor({-std::log(0.8), -std::log(0.6)}, torch::kDouble);
-  const SparseCategoricalCrossentropy loss;
-  expect_close(loss.per_example(probs, longs({1, 0})), want);
-  expect_close(loss.per_example(probs, longs({1, 0}).reshape({2, 1})), want);
-  expect_close(loss.per_example(probs, floats({1, 0}, {2, 1})), want);
+TEST(CategoricalCrossentropyTest, MatchesTorchScalesProbabilitiesAndSmoothsLabels) {
+  {
+    SCOPED_TRACE("FromLogitsMatchesTorchWithSoftTargets");
+    const auto logits = floats({1, 2, 3, 0.5f, -1, 2}, {2, 3});
+    const auto target = floats({0, 0, 1, 0.25f, 0.25f, 0.5f}, {2, 3});
+    expect_close(
+        CategoricalCrossentropy(true).per_example(logits, target),
+        F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().reduction(torch::kNone)));
+    expect_close(CategoricalCrossentropy(false).per_example(torch::softmax(logits, -1), target),
+                 CategoricalCrossentropy(true).per_example(logits, target));
+  }
+  {
+    SCOPED_TRACE("ScalesProbabilitiesToSumToOne");
+    // [2, 6] is taken as [0.25, 0.75].
+    const auto got =
+        CategoricalCrossentropy().per_example(floats({2, 6}, {1, 2}), floats({0, 1}, {1, 2}));
+    EXPECT_NEAR(got.item<double>(), -std::log(0.75), 1e-6);
+  }
+  {
+    SCOPED_TRACE("LabelSmoothingMatchesHandFormulaAndTorch");
+    const auto logits = floats({1, 2, 3, 0.5f, -1, 2}, {2, 3});
+    const auto labels = longs({2, 0});
+    const auto one_hot = F::one_hot(labels, 3).to(torch::kFloat);
+    const double s = 0.1;
+    const auto got = CategoricalCrossentropy(true, s).per_example(logits, one_hot);
+    const auto log_p = torch::log_softmax(logits, -1);
+    expect_close(got, -((one_hot * (1 - s) + s / 3) * log_p).sum(-1));
+    expect_close(got, F::cross_entropy(
+                          logits, labels,
+                          F::CrossEntropyFuncOptions().reduction(torch::kNone).label_smoothing(s)));
+  }
 }
 
-TEST(SparseCategoricalCrossentropyTest, ClipsProbabilitiesToEpsilon) {
-  // p = [1, 0], label 1: clipped to [1 - 1e-7, 1e-7], renormalised by the softmax.
-  const auto probs = floats({1, 0}, {1, 2});
-  const SparseCategoricalCrossentropy loss;
-  EXPECT_NEAR(loss.per_example(probs, longs({1})).item<double>(), -std::log(kEps), 1e-3);
-  EXPECT_TRUE(gradient_finite(loss, probs, longs({1})));
-  EXPECT_TRUE(gradient_finite(SparseCategoricalCrossentropy(true), floats({1000, -1000}, {1, 2}),
-                              longs({1})));
+TEST(BinaryCrossentropyTest, ProbabilitiesSmoothingAndLabelShapes) {
+  {
+    SCOPED_TRACE("ProbabilitiesMatchHandFormulaAndTorch");
+    const auto p = floats({0.8f, 0.1f, 0.5f, 0.3f, 0.9f, 0.6f}, {2, 3});
+    const auto y = floats({1, 0, 1, 0, 0, 1}, {2, 3});
+    const auto got = BinaryCrossentropy().per_example(p, y);
+    const double row0 = -(std::log(0.8 + kEps) + std::log(0.9 + kEps) + std::log(0.5 + kEps)) / 3;
+    EXPECT_NEAR(got[0].item<double>(), row0, 1e-6);
+    expect_close(got, F::binary_cross_entropy(
+                          p, y, F::BinaryCrossEntropyFuncOptions().reduction(torch::kNone))
+                          .mean(-1));
+  }
+  {
+    SCOPED_TRACE("LabelSmoothingMovesLabelsTowardsAHalf");
+    const auto x = floats({1.5f, -0.5f}, {2, 1});
+    const auto y = floats({1, 0}, {2, 1});
+    const double s = 0.2;
+    const auto smoothed = y * (1 - s) + 0.5 * s;  // 0.9, 0.1
+    expect_close(BinaryCrossentropy(true, s).per_example(x, y),
+                 BinaryCrossentropy(true).per_example(x, smoothed));
+    const double p = 1 / (1 + std::exp(-1.5));
+    EXPECT_NEAR(BinaryCrossentropy(true, s).per_example(x, y)[0].item<double>(),
+                -(0.9 * std::log(p) + 0.1 * std::log(1 - p)), 1e-6);
+  }
+  {
+    SCOPED_TRACE("OneOutputPerExampleTakesFlatOrColumnLabels");
+    const auto p = floats({0.8f, 0.3f, 0.6f}, {3, 1});
+    const auto y = floats({1, 0, 1}, {3});
+    const BinaryCrossentropy loss;
+    const auto want = torch::tensor({-std::log(0.8), -std::log(0.7), -std::log(0.6)});
+    expect_close(loss.per_example(p, y), want);
+    expect_close(loss.per_example(p, y.reshape({3, 1})), want);
+    expect_close(loss.per_example(p.reshape({3}), y.reshape({3, 1})), want);
+    expect_close(loss.per_example(p.reshape({3}), y), want);
+    EXPECT_TRUE(gradient_finite(loss, floats({0, 1, 0.5f}, {3, 1}), y));
+  }
 }
 
-TEST(SparseCategoricalCrossentropyTest, SequencesAverageTheirSteps) {
-  // [batch 2, steps 3, classes 4]: an example's value is the mean over its steps.
-  const auto logits = torch::randn({2, 3, 4}, torch::TensorOptions().dtype(torch::kFloat));
-  const auto labels = torch::randint(0, 4, {2, 3}, torch::kLong);
-  const auto per_step = F::cross_entropy(logits.reshape({6, 4}), labels.reshape({6}),
-                                         F::CrossEntropyFuncOptions().reduction(torch::kNone));
-  expect_close(SparseCategoricalCrossentropy(true).per_example(logits, labels),
-               per_step.reshape({2, 3}).mean(1));
-}
-
-TEST(SparseCategoricalCrossentropyTest, RejectsLabelsOutsideTheClasses) {
-  const auto msg = error_of([] {
-    SparseCategoricalCrossentropy().per_example(torch::full({2, 3}, 1.0 / 3), longs({0, 3}));
-  });
-  EXPECT_NE(msg.find("label 3"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
-}
-
-TEST(CategoricalCrossentropyTest, FromLogitsMatchesTorchWithSoftTargets) {
-  const auto logits = floats({1, 2, 3, 0.5f, -1, 2}, {2, 3});
-  const auto target = floats({0, 0, 1, 0.25f, 0.25f, 0.5f}, {2, 3});
-  expect_close(
-      CategoricalCrossentropy(true).per_example(logits, target),
-      F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().reduction(torch::kNone)));
-  expect_close(CategoricalCrossentropy(false).per_example(torch::softmax(logits, -1), target),
-               CategoricalCrossentropy(true).per_example(logits, target));
-}
-
-TEST(CategoricalCrossentropyTest, ScalesProbabilitiesToSumToOne) {
-  // [2, 6] is taken as [0.25, 0.75].
-  const auto got =
-      CategoricalCrossentropy().per_example(floats({2, 6}, {1, 2}), floats({0, 1}, {1, 2}));
-  EXPECT_NEAR(got.item<double>(), -std::log(0.75), 1e-6);
-}
-
-TEST(CategoricalCrossentropyTest, LabelSmoothingMatchesHandFormulaAndTorch) {
-  const auto logits = floats({1, 2, 3, 0.5f, -1, 2}, {2, 3});
-  const auto labels = longs({2, 0});
-  const auto one_hot = F::one_hot(labels, 3).to(torch::kFloat);
-  const double s = 0.1;
-  const auto got = CategoricalCrossentropy(true, s).per_example(logits, one_hot);
-  const auto log_p = torch::log_softmax(logits, -1);
-  expect_close(got, -((one_hot * (1 - s) + s / 3) * log_p).sum(-1));
-  expect_close(got, F::cross_entropy(
-                        logits, labels,
-                        F::CrossEntropyFuncOptions().reduction(torch::kNone).label_smoothing(s)));
-}
-
-TEST(BinaryCrossentropyTest, ProbabilitiesMatchHandFormulaAndTorch) {
-  const auto p = floats({0.8f, 0.1f, 0.5f, 0.3f, 0.9f, 0.6f}, {2, 3});
-  const auto y = floats({1, 0, 1, 0, 0, 1}, {2, 3});
-  const auto got = BinaryCrossentropy().per_example(p, y);
-  const double row0 = -(std::log(0.8 + kEps) + std::log(0.9 + kEps) + std::log(0.5 + kEps)) / 3;
-  EXPECT_NEAR(got[0].item<double>(), row0, 1e-6);
-  expect_close(
-      got, F::binary_cross_entropy(p, y, F::BinaryCrossEntropyFuncOptions().reduction(torch::kNone))
-               .mean(-1));
-}
-
-TEST(BinaryCrossentropyTest, LogitsAreStableAndMatchTorch) {
-  const auto x = floats({-100, -2, 0, 3, 100, 0.5f}, {3, 2});
-  const auto y = floats({1, 0, 1, 1, 0, 0}, {3, 2});
-  const auto got = BinaryCrossentropy(true).per_example(x, y);
-  expect_close(got, F::binary_cross_entropy_with_logits(
-                        x, y, F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone))
-                        .mean(-1));
-  EXPECT_NEAR(got[0].item<double>(), (100 + std::log1p(std::exp(-2.0))) / 2, 1e-4);
-  EXPECT_TRUE(gradient_finite(BinaryCrossentropy(true), x, y));
-  // d/dx = (sigmoid(x) - y) / 2 per element (mean over 2), also at x = 0 exactly.
-  auto xg = x.clone().requires_grad_(true);
-  BinaryCrossentropy(true).per_example(xg, y).sum().backward();
-  expect_close(xg.grad(), (torch::sigmoid(x) - y) / 2);
-}
-
-TEST(BinaryCrossentropyTest, SigmoidInputGivesTheLogitsValue) {
-  const auto x = floats({-3, -0.5f, 0, 0.7f, 2, 4}, {6, 1});
-  const auto y = floats({0, 1, 1, 0, 1, 1}, {6, 1});
-  expect_close(BinaryCrossentropy(false).per_example(torch::sigmoid(x), y),
-               BinaryCrossentropy(true).per_example(x, y), 1e-5);
-}
-
-TEST(BinaryCrossentropyTest, LabelSmoothingMovesLabelsTowardsAHalf) {
-  const auto x = floats({1.5f, -0.5f}, {2, 1});
-  const auto y = floats({1, 0}, {2, 1});
-  const double s = 0.2;
-  const auto smoothed = y * (1 - s) + 0.5 * s;  // 0.9, 0.1
-  expect_close(BinaryCrossentropy(true, s).per_example(x, y),
-               BinaryCrossentropy(true).per_example(x, smoothed));
-  const double p = 1 / (1 + std::exp(-1.5));
-  EXPECT_NEAR(BinaryCrossentropy(true, s).per_example(x, y)[0].item<double>(),
-              -(0.9 * std::log(p) + 0.1 * std::log(1 - p)), 1e-6);
-}
-
-TEST(BinaryCrossentropyTest, OneOutputPerExampleTakesFlatOrColumnLabels) {
-  const auto p = floats({0.8f, 0.3f, 0.6f}, {3, 1});
-  const auto y = floats({1, 0, 1}, {3});
-  const BinaryCrossentropy loss;
-  const auto want = torch::tensor({-std::log(0.8), -std::log(0.7), -std::log(0.6)});
-  expect_close(loss.per_example(p, y), want);
-  expect_close(loss.per_example(p, y.reshape({3, 1})), want);
-  expect_close(loss.per_example(p.reshape({3}), y.reshape({3, 1})), want);
-  expect_close(loss.per_example(p.reshape({3}), y), want);
-  EXPECT_TRUE(gradient_finite(loss, floats({0, 1, 0.5f}, {3, 1}), y));
+TEST(BinaryCrossentropyTest, LogitsAreStableMatchTorchAndTheSigmoidForm) {
+  {
+    SCOPED_TRACE("LogitsAreStableAndMatchTorch");
+    const auto x = floats({-100, -2, 0, 3, 100, 0.5f}, {3, 2});
+    const auto y = floats({1, 0, 1, 1, 0, 0}, {3, 2});
+    const auto got = BinaryCrossentropy(true).per_example(x, y);
+    expect_close(got,
+                 F::binary_cross_entropy_with_logits(
+                     x, y, F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone))
+                     .mean(-1));
+    EXPECT_NEAR(got[0].item<double>(), (100 + std::log1p(std::exp(-2.0))) / 2, 1e-4);
+    EXPECT_TRUE(gradient_finite(BinaryCrossentropy(true), x, y));
+    // d/dx = (sigmoid(x) - y) / 2 per element (mean over 2), also at x = 0 exactly.
+    auto xg = x.clone().requires_grad_(true);
+    BinaryCrossentropy(true).per_example(xg, y).sum().backward();
+    expect_close(xg.grad(), (torch::sigmoid(x) - y) / 2);
+  }
+  {
+    SCOPED_TRACE("SigmoidInputGivesTheLogitsValue");
+    const auto x = floats({-3, -0.5f, 0, 0.7f, 2, 4}, {6, 1});
+    const auto y = floats({0, 1, 1, 0, 1, 1}, {6, 1});
+    expect_close(BinaryCrossentropy(false).per_example(torch::sigmoid(x), y),
+                 BinaryCrossentropy(true).per_example(x, y), 1e-5);
+  }
 }
 
 TEST(RegressionLossTest, MeanSquaredAndAbsoluteErrorOverTheLastAxis) {
@@ -310,48 +327,73 @@ double run(const Metric& metric, const torch::Tensor& y_pred, const torch::Tenso
   return metric.result(state.data());
 }
 
-TEST(MetricTest, MeanOfValuesAndZeroWhenEmpty) {
-  const Mean mean("loss");
-  EXPECT_EQ(mean.name(), "loss");
-  std::vector<double> state(2, 0.0);
-  EXPECT_EQ(mean.result(state.data()), 0.0);
-  mean.accumulate(floats({1, 2, 3}, {3}), torch::Tensor(), state.data());
-  mean.accumulate(torch::ones({0}), torch::Tensor(), state.data());
-  mean.accumulate(floats({6}, {1}), torch::Tensor(), state.data());
-  EXPECT_EQ(state[1], 4.0);
-  EXPECT_DOUBLE_EQ(mean.result(state.data()), 3.0);
+TEST(MetricTest, MeanAndMeanMetricWrapperRecordNoGraph) {
+  {
+    SCOPED_TRACE("MeanOfValuesAndZeroWhenEmpty");
+    const Mean mean("loss");
+    EXPECT_EQ(mean.name(), "loss");
+    std::vector<double> state(2, 0.0);
+    EXPECT_EQ(mean.result(state.data()), 0.0);
+    mean.accumulate(floats({1, 2, 3}, {3}), torch::Tensor(), state.data());
+    mean.accumulate(torch::ones({0}), torch::Tensor(), state.data());
+    mean.accumulate(floats({6}, {1}), torch::Tensor(), state.data());
+    EXPECT_EQ(state[1], 4.0);
+    EXPECT_DOUBLE_EQ(mean.result(state.data()), 3.0);
+  }
+  {
+    SCOPED_TRACE("MeanMetricWrapperAveragesTheLoss");
+    const auto p = floats({1, 2, 3, 0, -1, 4}, {2, 3});
+    const auto y = floats({1, 0, 0, 1, 1, 1}, {2, 3});
+    const MeanMetricWrapper mse(std::make_shared<MeanSquaredError>());
+    EXPECT_EQ(mse.name(), "mean_squared_error");
+    EXPECT_NEAR(run(mse, p, y), 27.0 / 6, 1e-6);
+    EXPECT_EQ(MeanMetricWrapper(std::make_shared<MeanSquaredError>(), "mse").name(), "mse");
+    error_of([] { MeanMetricWrapper(LossPtr(), "x"); });
+  }
+  {
+    SCOPED_TRACE("AccumulateRecordsNoGraph");
+    auto p = floats({0.2f, 0.8f}, {2, 1}).requires_grad_(true);
+    const auto y = floats({0, 1}, {2, 1});
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p, y), 1.0);
+    EXPECT_NEAR(run(MeanMetricWrapper(std::make_shared<BinaryCrossentropy>()), p, y),
+                -std::log(0.8), 1e-6);
+    EXPECT_FALSE(p.grad().defined());
+  }
 }
 
-TEST(MetricTest, SparseCategoricalAccuracyOnKnownInputs) {
-  const auto scores = floats({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f, 0.6f, 0.4f}, {4, 2});
-  const SparseCategoricalAccuracy metric;
-  EXPECT_DOUBLE_EQ(run(metric, scores, longs({1, 0, 0, 0})), 0.75);
-  EXPECT_DOUBLE_EQ(run(metric, scores, longs({1, 0, 0, 0}).reshape({4, 1})), 0.75);
-  EXPECT_DOUBLE_EQ(run(metric, scores, floats({1, 0, 1, 0}, {4, 1})), 1.0);
-  // A sequence output counts every step.
-  EXPECT_DOUBLE_EQ(run(metric, scores.reshape({2, 2, 2}), longs({1, 0, 0, 0}).reshape({2, 2})),
-                   0.75);
-}
-
-TEST(MetricTest, CategoricalAccuracyOnKnownInputs) {
-  const auto scores = floats({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2});
-  EXPECT_NEAR(run(CategoricalAccuracy(), scores, floats({0, 1, 0, 1, 0, 1}, {3, 2})), 2.0 / 3,
-              1e-15);
-}
-
-TEST(MetricTest, BinaryAccuracyThresholdAndShapes) {
-  const auto p = floats({0.9f, 0.4f, 0.6f, 0.5f}, {4, 1});
-  const auto y = floats({1, 0, 0, 1}, {4});
-  EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p, y), 0.5);  // 0.5 is not > 0.5
-  EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p, y.reshape({4, 1})), 0.5);
-  EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p.reshape({4}), y), 0.5);
-  EXPECT_DOUBLE_EQ(run(BinaryAccuracy("binary_accuracy", 0.45), p, y), 0.75);
-  // Only labels exactly 0 or 1 match.
-  EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), floats({0.9f}, {1, 1}), floats({0.9f}, {1, 1})), 0.0);
-  // Multi-label outputs: the fraction over all label elements.
-  EXPECT_DOUBLE_EQ(
-      run(BinaryAccuracy(), floats({0.9f, 0.1f, 0.7f, 0.8f}, {2, 2}), floats({1, 1, 1, 1}, {2, 2})),
-      0.75);
+TEST(MetricTest, AccuraciesOnKnownInputs) {
+  {
+    SCOPED_TRACE("SparseCategoricalAccuracyOnKnownInputs");
+    const auto scores = floats({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f, 0.6f, 0.4f}, {4, 2});
+    const SparseCategoricalAccuracy metric;
+    EXPECT_DOUBLE_EQ(run(metric, scores, longs({1, 0, 0, 0})), 0.75);
+    EXPECT_DOUBLE_EQ(run(metric, scores, longs({1, 0, 0, 0}).reshape({4, 1})), 0.75);
+    EXPECT_DOUBLE_EQ(run(metric, scores, floats({1, 0, 1, 0}, {4, 1})), 1.0);
+    // A sequence output counts every step.
+    EXPECT_DOUBLE_EQ(run(metric, scores.reshape({2, 2, 2}), longs({1, 0, 0, 0}).reshape({2, 2})),
+                     0.75);
+  }
+  {
+    SCOPED_TRACE("CategoricalAccuracyOnKnownInputs");
+    const auto scores = floats({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2});
+    EXPECT_NEAR(run(CategoricalAccuracy(), scores, floats({0, 1, 0, 1, 0, 1}, {3, 2})), 2.0 / 3,
+                1e-15);
+  }
+  {
+    SCOPED_TRACE("BinaryAccuracyThresholdAndShapes");
+    const auto p = floats({0.9f, 0.4f, 0.6f, 0.5f}, {4, 1});
+    const auto y = floats({1, 0, 0, 1}, {4});
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p, y), 0.5);  // 0.5 is not > 0.5
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p, y.reshape({4, 1})), 0.5);
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p.reshape({4}), y), 0.5);
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy("binary_accuracy", 0.45), p, y), 0.75);
+    // Only labels exactly 0 or 1 match.
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), floats({0.9f}, {1, 1}), floats({0.9f}, {1, 1})), 0.0);
+    // Multi-label outputs: the fraction over all label elements.
+    EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), floats({0.9f, 0.1f, 0.7f, 0.8f}, {2, 2}),
+                         floats({1, 1, 1, 1}, {2, 2})),
+                     0.75);
+  }
 }
 
 TEST(MetricTest, PrecisionAndRecallOnKnownInputsAndZeroWithoutPositives) {
@@ -387,25 +429,6 @@ TEST(MetricTest, TopKCountsTiesAndNeverNonFiniteScores) {
     run(SparseTopKCategoricalAccuracy(), scores, longs({0, 1, 2, 4}));
   });
   EXPECT_NE(range.find("label 4"), std::string::npos) << range;
-}
-
-TEST(MetricTest, MeanMetricWrapperAveragesTheLoss) {
-  const auto p = floats({1, 2, 3, 0, -1, 4}, {2, 3});
-  const auto y = floats({1, 0, 0, 1, 1, 1}, {2, 3});
-  const MeanMetricWrapper mse(std::make_shared<MeanSquaredError>());
-  EXPECT_EQ(mse.name(), "mean_squared_error");
-  EXPECT_NEAR(run(mse, p, y), 27.0 / 6, 1e-6);
-  EXPECT_EQ(MeanMetricWrapper(std::make_shared<MeanSquaredError>(), "mse").name(), "mse");
-  error_of([] { MeanMetricWrapper(LossPtr(), "x"); });
-}
-
-TEST(MetricTest, AccumulateRecordsNoGraph) {
-  auto p = floats({0.2f, 0.8f}, {2, 1}).requires_grad_(true);
-  const auto y = floats({0, 1}, {2, 1});
-  EXPECT_DOUBLE_EQ(run(BinaryAccuracy(), p, y), 1.0);
-  EXPECT_NEAR(run(MeanMetricWrapper(std::make_shared<BinaryCrossentropy>()), p, y), -std::log(0.8),
-              1e-6);
-  EXPECT_FALSE(p.grad().defined());
 }
 
 // One batch for every metric, split after `split` examples.
@@ -505,63 +528,69 @@ bool is(const MetricPtr& m) {
   return std::dynamic_pointer_cast<T>(m) != nullptr;
 }
 
-TEST(ResolveMetricTest, AccuracyFollowsTheShapesAndKeepsItsName) {
-  const auto acc = [](const char* name, std::vector<int64_t> pred, std::vector<int64_t> truth) {
-    return resolve_metric(std::string(name), torch::zeros(pred), torch::zeros(truth));
-  };
-  EXPECT_TRUE(is<BinaryAccuracy>(acc("accuracy", {8, 1}, {8, 1})));
-  EXPECT_TRUE(is<BinaryAccuracy>(acc("accuracy", {8, 1}, {8})));
-  EXPECT_TRUE(is<BinaryAccuracy>(acc("accuracy", {8}, {8})));
-  EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {8, 10}, {8})));
-  EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {8, 10}, {8, 1})));
-  EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {8, 5, 10}, {8, 5})));
-  EXPECT_TRUE(is<CategoricalAccuracy>(acc("accuracy", {8, 10}, {8, 10})));
-  EXPECT_EQ(acc("accuracy", {8, 10}, {8})->name(), "accuracy");
-  EXPECT_EQ(acc("acc", {8, 10}, {8, 10})->name(), "acc");
-  EXPECT_TRUE(is<CategoricalAccuracy>(acc("acc", {8, 10}, {8, 10})));
-  // An empty first batch still has shapes.
-  EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {0, 10}, {0})));
-  const auto msg = error_of([] { resolve_metric("accuracy", torch::zeros({4, 2}), {}); });
-  EXPECT_NE(msg.find("undefined"), std::string::npos) << msg;
+TEST(ResolveMetricTest, AccuracyAndCrossentropyFollowTheShapes) {
+  {
+    SCOPED_TRACE("AccuracyFollowsTheShapesAndKeepsItsName");
+    const auto acc = [](const char* name, std::vector<int64_t> pred, std::vector<int64_t> truth) {
+      return resolve_metric(std::string(name), torch::zeros(pred), torch::zeros(truth));
+    };
+    EXPECT_TRUE(is<BinaryAccuracy>(acc("accuracy", {8, 1}, {8, 1})));
+    EXPECT_TRUE(is<BinaryAccuracy>(acc("accuracy", {8, 1}, {8})));
+    EXPECT_TRUE(is<BinaryAccuracy>(acc("accuracy", {8}, {8})));
+    EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {8, 10}, {8})));
+    EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {8, 10}, {8, 1})));
+    EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {8, 5, 10}, {8, 5})));
+    EXPECT_TRUE(is<CategoricalAccuracy>(acc("accuracy", {8, 10}, {8, 10})));
+    EXPECT_EQ(acc("accuracy", {8, 10}, {8})->name(), "accuracy");
+    EXPECT_EQ(acc("acc", {8, 10}, {8, 10})->name(), "acc");
+    EXPECT_TRUE(is<CategoricalAccuracy>(acc("acc", {8, 10}, {8, 10})));
+    // An empty first batch still has shapes.
+    EXPECT_TRUE(is<SparseCategoricalAccuracy>(acc("accuracy", {0, 10}, {0})));
+    const auto msg = error_of([] { resolve_metric("accuracy", torch::zeros({4, 2}), {}); });
+    EXPECT_NE(msg.find("undefined"), std::string::npos) << msg;
+  }
+  {
+    SCOPED_TRACE("CrossentropyFollowsTheShapes");
+    const auto scores = floats({0.25f, 0.75f}, {1, 2});
+    const auto ce = resolve_metric("ce", scores, longs({1}));
+    EXPECT_EQ(ce->name(), "ce");
+    EXPECT_NEAR(run(*ce, scores, longs({1})), -std::log(0.75), 1e-6);
+    const auto cat = resolve_metric("crossentropy", scores, floats({0, 1}, {1, 2}));
+    EXPECT_EQ(cat->name(), "crossentropy");
+    EXPECT_NEAR(run(*cat, scores, floats({0, 1}, {1, 2})), -std::log(0.75), 1e-6);
+    const auto bin = resolve_metric("crossentropy", floats({0.75f}, {1, 1}), floats({1}, {1}));
+    EXPECT_NEAR(run(*bin, floats({0.75f}, {1, 1}), floats({1}, {1})), -std::log(0.75), 1e-6);
+  }
 }
 
-TEST(ResolveMetricTest, CrossentropyFollowsTheShapes) {
-  const auto scores = floats({0.25f, 0.75f}, {1, 2});
-  const auto ce = resolve_metric("ce", scores, longs({1}));
-  EXPECT_EQ(ce->name(), "ce");
-  EXPECT_NEAR(run(*ce, scores, longs({1})), -std::log(0.75), 1e-6);
-  const auto cat = resolve_metric("crossentropy", scores, floats({0, 1}, {1, 2}));
-  EXPECT_EQ(cat->name(), "crossentropy");
-  EXPECT_NEAR(run(*cat, scores, floats({0, 1}, {1, 2})), -std::log(0.75), 1e-6);
-  const auto bin = resolve_metric("crossentropy", floats({0.75f}, {1, 1}), floats({1}, {1}));
-  EXPECT_NEAR(run(*bin, floats({0.75f}, {1, 1}), floats({1}, {1})), -std::log(0.75), 1e-6);
-}
-
-TEST(ResolveMetricTest, NamesShowAsSpelledClassesAsTheirDefaults) {
-  const auto p = torch::zeros({2, 3});
-  const auto y = torch::zeros({2, 3});
-  EXPECT_EQ(resolve_metric("mse", p, y)->name(), "mse");
-  EXPECT_EQ(resolve_metric("mean_squared_error", p, y)->name(), "mean_squared_error");
-  EXPECT_EQ(resolve_metric("MeanSquaredError", p, y)->name(), "mean_squared_error");
-  EXPECT_EQ(resolve_metric("mae", p, y)->name(), "mae");
-  EXPECT_EQ(resolve_metric("BinaryAccuracy", p, y)->name(), "binary_accuracy");
-  EXPECT_TRUE(is<Precision>(resolve_metric("precision", p, y)));
-  EXPECT_EQ(resolve_metric("Recall", p, y)->name(), "recall");
-  EXPECT_TRUE(
-      is<SparseTopKCategoricalAccuracy>(resolve_metric("sparse_top_k_categorical_accuracy", p, y)));
-  const MetricPtr object = std::make_shared<Precision>("p_at_0.7", 0.7);
-  EXPECT_EQ(resolve_metric(object, p, y), object);
-  EXPECT_EQ(resolve_metric(object, p, y)->name(), "p_at_0.7");
-  // Names that need no shapes resolve without a batch.
-  EXPECT_TRUE(is<Recall>(resolve_metric("recall", {}, {})));
-}
-
-TEST(ResolveMetricTest, UnknownNamesAndNullObjectsAreErrors) {
-  const auto unknown = error_of([] { resolve_metric("f1", torch::zeros({1, 1}), {}); });
-  EXPECT_NE(unknown.find("\"f1\""), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("accuracy"), std::string::npos) << unknown;
-  const auto null = error_of([] { resolve_metric(MetricPtr(), {}, {}); });
-  EXPECT_NE(null.find("null"), std::string::npos) << null;
+TEST(ResolveMetricTest, NamesObjectsAndErrors) {
+  {
+    SCOPED_TRACE("NamesShowAsSpelledClassesAsTheirDefaults");
+    const auto p = torch::zeros({2, 3});
+    const auto y = torch::zeros({2, 3});
+    EXPECT_EQ(resolve_metric("mse", p, y)->name(), "mse");
+    EXPECT_EQ(resolve_metric("mean_squared_error", p, y)->name(), "mean_squared_error");
+    EXPECT_EQ(resolve_metric("MeanSquaredError", p, y)->name(), "mean_squared_error");
+    EXPECT_EQ(resolve_metric("mae", p, y)->name(), "mae");
+    EXPECT_EQ(resolve_metric("BinaryAccuracy", p, y)->name(), "binary_accuracy");
+    EXPECT_TRUE(is<Precision>(resolve_metric("precision", p, y)));
+    EXPECT_EQ(resolve_metric("Recall", p, y)->name(), "recall");
+    EXPECT_TRUE(is<SparseTopKCategoricalAccuracy>(
+        resolve_metric("sparse_top_k_categorical_accuracy", p, y)));
+    const MetricPtr object = std::make_shared<Precision>("p_at_0.7", 0.7);
+    EXPECT_EQ(resolve_metric(object, p, y), object);
+    EXPECT_EQ(resolve_metric(object, p, y)->name(), "p_at_0.7");
+    // Names that need no shapes resolve without a batch.
+    EXPECT_TRUE(is<Recall>(resolve_metric("recall", {}, {})));
+  }
+  {
+    SCOPED_TRACE("UnknownNamesAndNullObjectsAreErrors");
+    const auto unknown = error_of([] { resolve_metric("f1", torch::zeros({1, 1}), {}); });
+    EXPECT_NE(unknown.find("\"f1\""), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("accuracy"), std::string::npos) << unknown;
+    const auto null = error_of([] { resolve_metric(MetricPtr(), {}, {}); });
+    EXPECT_NE(null.find("null"), std::string::npos) << null;
+  }
 }
 
 // --- devices --------------------------------------------------------------------------------
