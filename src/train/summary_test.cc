@@ -1,0 +1,705 @@
+// Tests of the TensorBoard writer and callback (summary.h): CRC-32C vectors, the records
+// of the reference facts byte for byte, files read back by an independent reader
+// (testing/event_reader.h), histograms, errors naming the path, and the callback driven
+// through fit's hooks by a fake TrainingHost.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kolo/error.h"
+#include "kolo/train/summary.h"
+#include "train/event_encoding.h"
+#include "train/testing/event_reader.h"
+
+namespace kolo::train {
+namespace {
+
+namespace fs = std::filesystem;
+using kolo::testing::read_event_file;
+using kolo::testing::ReadEvent;
+
+std::string from_hex(std::string hex) {
+  std::string out;
+  hex.erase(std::remove(hex.begin(), hex.end(), ' '), hex.end());
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+std::string to_hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+double now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// Records of the reference facts (section 5.2), computed with a separate Python script.
+const char* kFileVersionRecord =
+    "1800000000000000 a37f4b22 0900000040fc54d941 1a0d 627261696e2e4576656e743a32 eced8f9d";
+const char* kScalarRecord =
+    "1a00000000000000 129bd82d 0900004040fc54d941 1001 2a0d 0a0b 0a046c6f7373 15 0000003f "
+    "97d67404";
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("kolo_summary_test_" + std::to_string(getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+// --- CRC-32C -----------------------------------------------------------------------------
+
+TEST(Crc32c, KnownVectors) {
+  const std::string digits = "123456789";
+  const std::string zeros(32, '\0'), ones(32, '\xff');
+  std::string ascending;
+  for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
+  const std::pair<std::string, std::uint32_t> vectors[] = {{digits, 0xE3069283},
+                                                           {zeros, 0x8A9136AA},
+                                                           {ones, 0x62A8AB43},
+                                                           {ascending, 0x46DD794E},
+                                                           {"", 0x00000000}};
+  for (const auto& [bytes, crc] : vectors) {
+    EXPECT_EQ(crc32c(bytes.data(), bytes.size()), crc) << to_hex(bytes);
+    // The reader's own CRC agrees, so it can check the writer's framing.
+    EXPECT_EQ(kolo::testing::reader_crc32c(bytes), crc) << to_hex(bytes);
+  }
+}
+
+TEST(Crc32c, MaskRotatesAndAddsTheConstant) {
+  const std::string digits = "123456789";
+  const std::uint32_t c = 0xE3069283;
+  EXPECT_EQ(masked_crc32c(digits.data(), digits.size()), ((c >> 15) | (c << 17)) + 0xA282EAD8u);
+  // The header CRC of the facts' first record: the length 24 as 8 little-endian bytes.
+  const std::string length = from_hex("1800000000000000");
+  EXPECT_EQ(masked_crc32c(length.data(), length.size()), 0x224B7FA3u);
+}
+
+// --- Records byte for byte ---------------------------------------------------------------
+
+TEST(EventEncoding, FileVersionRecordMatchesTheReference) {
+  EXPECT_EQ(to_hex(events::record(events::file_version_event(1700000000.0))),
+            to_hex(from_hex(kFileVersionRecord)));
+}
+
+TEST(EventEncoding, ScalarRecordMatchesTheReference) {
+  EXPECT_EQ(to_hex(events::record(events::scalar_event("loss", 0.5f, 1, 1700000001.0))),
+            to_hex(from_hex(kScalarRecord)));
+}
+
+TEST_F(TempDir, WriterFileHoldsTheFileVersionThenTheReferenceScalarRecord) {
+  const double before = now();
+  std::string path;
+  {
+    SummaryWriter writer(dir_);
+    path = writer.path();
+    writer.add_scalar("loss", 0.5f, 1, 1700000001.0);
+  }
+  const std::string bytes = file_bytes(path);
+  ASSERT_EQ(bytes.size(), 40u + 42u);
+  EXPECT_EQ(to_hex(bytes.substr(40)), to_hex(from_hex(kScalarRecord)));
+
+  const std::vector<ReadEvent> events = read_event_file(path);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  EXPECT_EQ(events[0].step, 0);
+  EXPECT_FALSE(events[0].has_summary);
+  EXPECT_GE(events[0].wall_time, std::floor(before));
+  EXPECT_LE(events[0].wall_time, now());
+  ASSERT_EQ(events[1].values.size(), 1u);
+  EXPECT_EQ(events[1].values[0].tag, "loss");
+  EXPECT_EQ(events[1].values[0].simple_value, 0.5f);
+  EXPECT_EQ(events[1].step, 1);
+  EXPECT_EQ(events[1].wall_time, 1700000001.0);
+  EXPECT_EQ(events[1].unknown_fields, 0);
+}
+
+TEST_F(TempDir, FileNameIsTensorBoardsAndEachWriterGetsItsOwnFile) {
+  SummaryWriter a(dir_ + "/nested/run");  // parents are created
+  SummaryWriter b(dir_ + "/nested/run");
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::regex name("events\\.out\\.tfevents\\.[0-9]{10}\\." + std::string(host) + "\\." +
+                        std::to_string(getpid()) + "\\.[0-9]+\\.v2");
+  for (const SummaryWriter* w : {&a, &b}) {
+    EXPECT_EQ(fs::path(w->path()).parent_path(), fs::path(dir_ + "/nested/run"));
+    EXPECT_TRUE(std::regex_match(fs::path(w->path()).filename().string(), name)) << w->path();
+  }
+  EXPECT_NE(a.path(), b.path());
+  EXPECT_EQ(kolo::testing::event_files(dir_ + "/nested/run").size(), 2u);
+}
+
+TEST_F(TempDir, ScalarsRoundTripAnyStepAndZero) {
+  std::string path;
+  {
+    SummaryWriter writer(dir_);
+    path = writer.path();
+    writer.add_scalar("a", 0.0f, 0);
+    writer.add_scalar("a", -1.25f, -5);
+    writer.add_scalar("b", 3e38f, std::int64_t{1} << 40);
+    writer.flush();
+    // Flushed: readable before the writer closes.
+    EXPECT_EQ(read_event_file(path).size(), 4u);
+  }
+  const auto events = read_event_file(path);
+  using Points = std::vector<std::pair<std::int64_t, float>>;
+  EXPECT_EQ(kolo::testing::scalars(events, "a"), (Points{{0, 0.0f}, {-5, -1.25f}}));
+  EXPECT_EQ(kolo::testing::scalars(events, "b"), (Points{{std::int64_t{1} << 40, 3e38f}}));
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    EXPECT_GE(events[i].wall_time, events[0].wall_time);
+  }
+}
+
+// --- The reader really checks ------------------------------------------------------------
+
+TEST_F(TempDir, ReaderRefusesDamagedFiles) {
+  std::string path;
+  {
+    SummaryWriter writer(dir_);
+    path = writer.path();
+    writer.add_scalar("loss", 0.5f, 1, 1700000001.0);
+  }
+  const std::string good = file_bytes(path);
+  auto expect_refused = [&](std::string bytes, const std::string& why) {
+    write_bytes(path, bytes);
+    try {
+      read_event_file(path);
+      ADD_FAILURE() << "accepted a file with " << why;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  std::string bytes = good;
+  bytes[40 + 12 + 20] ^= 1;  // inside the scalar Event
+  expect_refused(bytes, "failed event crc32 check");
+  bytes = good;
+  bytes[40] ^= 1;  // the scalar record's length
+  expect_refused(bytes, "failed header crc32 check");
+  expect_refused(good.substr(0, good.size() - 1), "truncated");
+  expect_refused(good.substr(0, 45), "truncated header");
+}
+
+// --- Histograms --------------------------------------------------------------------------
+
+TEST(Histogram, DefaultBucketsAreTensorFlows) {
+  const std::vector<double>& limits = events::default_bucket_limits();
+  ASSERT_EQ(limits.size(), 1551u);  // 774 edges 1e-12 * 1.1^k below 1e20 each side, +-DBL_MAX, 0
+  const std::size_t mid = limits.size() / 2;
+  EXPECT_EQ(limits.front(), -DBL_MAX);
+  EXPECT_EQ(limits.back(), DBL_MAX);
+  EXPECT_EQ(limits[mid], 0.0);
+  EXPECT_EQ(limits[mid + 1], 1e-12);
+  EXPECT_EQ(limits[mid + 2], 1e-12 * 1.1);
+  EXPECT_LT(limits[limits.size() - 2], 1e20);
+  EXPECT_GE(limits[limits.size() - 2] * 1.1, 1e20);
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    EXPECT_EQ(limits[i], -limits[limits.size() - 1 - i]);
+    if (i > 0) {
+      EXPECT_LT(limits[i - 1], limits[i]);
+    }
+  }
+}
+
+// The bucket limit that closes the bucket of `v`: the first default edge above it.
+double limit_above(double v) {
+  const auto& limits = events::default_bucket_limits();
+  return *std::upper_bound(limits.begin(), limits.end(), v);
+}
+
+void expect_well_formed(const events::Histogram& h) {
+  ASSERT_EQ(h.bucket.size(), h.bucket_limit.size());
+  ASSERT_FALSE(h.bucket.empty());
+  EXPECT_EQ(h.bucket_limit.back(), DBL_MAX);
+  double total = 0;
+  for (std::size_t i = 0; i < h.bucket.size(); ++i) {
+    total += h.bucket[i];
+    if (i > 0) {
+      EXPECT_LT(h.bucket_limit[i - 1], h.bucket_limit[i]);
+      EXPECT_FALSE(h.bucket[i - 1] == 0 && h.bucket[i] == 0) << "empty run not merged at " << i;
+    }
+  }
+  EXPECT_EQ(total, h.num);
+}
+
+TEST(Histogram, StatisticsAndBucketsOfMixedInput) {
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  const events::Histogram h = events::make_histogram({0.5, -2, 3, nan, 3, inf, -inf, 0});
+  EXPECT_EQ(h.min, -2);
+  EXPECT_EQ(h.max, 3);
+  EXPECT_EQ(h.num, 5);  // NaN and +-inf left out
+  EXPECT_EQ(h.sum, 4.5);
+  EXPECT_EQ(h.sum_squares, 0.25 + 4 + 9 + 9);
+  expect_well_formed(h);
+  std::vector<std::pair<double, double>> filled;
+  for (std::size_t i = 0; i < h.bucket.size(); ++i) {
+    if (h.bucket[i] > 0) filled.emplace_back(h.bucket_limit[i], h.bucket[i]);
+  }
+  const std::vector<std::pair<double, double>> expected = {
+      {limit_above(-2), 1}, {1e-12, 1}, {limit_above(0.5), 1}, {limit_above(3), 2}};
+  EXPECT_EQ(filled, expected);
+  // Each value lies in [previous limit, its limit).
+  EXPECT_LT(-2, limit_above(-2));
+  EXPECT_LE(limit_above(0.5) / 1.1, 0.5 * (1 + 1e-12));
+}
+
+TEST(Histogram, MinAndMaxOfOneValueAndOfSortedInput) {
+  // A known C++ writer updates min only when a value is not a new max ("else if"): one
+  // value, or ascending input, left min at DBL_MAX.
+  for (const std::vector<double>& values :
+       {std::vector<double>{7}, std::vector<double>{1, 2, 3}, std::vector<double>{3, 2, 1},
+        std::vector<double>{-1, -1}}) {
+    const events::Histogram h = events::make_histogram(values);
+    EXPECT_EQ(h.min, *std::min_element(values.begin(), values.end()));
+    EXPECT_EQ(h.max, *std::max_element(values.begin(), values.end()));
+    EXPECT_EQ(h.num, static_cast<double>(values.size()));
+    expect_well_formed(h);
+  }
+}
+
+TEST(Histogram, ExtremesAndEmpty) {
+  const events::Histogram big = events::make_histogram({DBL_MAX, -DBL_MAX, 1e30});
+  EXPECT_EQ(big.min, -DBL_MAX);
+  EXPECT_EQ(big.max, DBL_MAX);
+  expect_well_formed(big);
+  EXPECT_EQ(big.bucket.back(), 2);  // 1e30 and DBL_MAX: the last bucket, past 1e20
+
+  const events::Histogram none = events::make_histogram({std::nan("")});
+  EXPECT_EQ(none.num, 0);
+  EXPECT_EQ(none.min, 0);
+  EXPECT_EQ(none.max, 0);
+  EXPECT_EQ(none.bucket_limit, std::vector<double>{DBL_MAX});
+  EXPECT_EQ(none.bucket, std::vector<double>{0});
+}
+
+TEST_F(TempDir, HistogramReadsBackFieldByField) {
+  const std::vector<double> values = {0.5, -2, 3, 3, 1e-3, 42};
+  std::string path;
+  {
+    SummaryWriter writer(dir_);
+    path = writer.path();
+    writer.add_histogram("fc1/weight/histogram", values, 3, 1700000002.0);
+  }
+  const auto events = read_event_file(path);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].step, 3);
+  EXPECT_EQ(events[1].wall_time, 1700000002.0);
+  ASSERT_EQ(events[1].values.size(), 1u);
+  const auto& v = events[1].values[0];
+  EXPECT_EQ(v.tag, "fc1/weight/histogram");
+  EXPECT_FALSE(v.simple_value.has_value());
+  ASSERT_TRUE(v.histo.has_value());
+  const events::Histogram expected = events::make_histogram(values);
+  EXPECT_EQ(v.histo->min, -2);
+  EXPECT_EQ(v.histo->max, 42);
+  EXPECT_EQ(v.histo->num, 6);
+  EXPECT_EQ(v.histo->sum, 0.5 - 2 + 3 + 3 + 1e-3 + 42);
+  EXPECT_EQ(v.histo->sum_squares, 0.25 + 4 + 9 + 9 + 1e-6 + 42 * 42);
+  EXPECT_EQ(v.histo->bucket_limit, expected.bucket_limit);
+  EXPECT_EQ(v.histo->bucket, expected.bucket);
+}
+
+// --- Errors name the path ----------------------------------------------------------------
+
+void expect_error_naming(const std::function<void()>& f, const std::string& path,
+                         const std::string& why) {
+  try {
+    f();
+    ADD_FAILURE() << "no kolo::Error for " << path;
+  } catch (const kolo::Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+  }
+}
+
+TEST_F(TempDir, LogDirThatCannotBeCreatedThrowsNamingIt) {
+  fs::create_directories(dir_);
+  write_bytes(dir_ + "/file", "not a directory");
+  expect_error_naming([&] { SummaryWriter w(dir_ + "/file/train"); }, dir_ + "/file/train",
+                      "cannot create the log directory");
+  expect_error_naming([&] { SummaryWriter w(dir_ + "/file"); }, dir_ + "/file",
+                      "cannot create the log directory");
+}
+
+// The next two change process limits, so they run in a child (a death test) that exits 0
+// when the error was as expected. Each puts the limit back and removes its directory
+// before it exits (a death test child skips TearDown).
+int create_with_no_file_descriptors(const std::string& dir) {
+  fs::create_directories(dir);
+  rlimit old{};
+  getrlimit(RLIMIT_NOFILE, &old);
+  const rlimit none{0, old.rlim_max};
+  setrlimit(RLIMIT_NOFILE, &none);  // every open() fails with EMFILE
+  int code = 2;
+  try {
+    SummaryWriter w(dir);
+  } catch (const kolo::Error& e) {
+    const std::string m = e.what();
+    code = m.find("cannot create " + dir + "/events.out.tfevents.") != std::string::npos &&
+                   m.find("Too many open files") != std::string::npos
+               ? 0
+               : 1;
+    if (code != 0) std::fprintf(stderr, "%s\n", m.c_str());
+  }
+  setrlimit(RLIMIT_NOFILE, &old);
+  fs::remove_all(dir);
+  return code;
+}
+
+int write_past_the_file_size_limit(const std::string& dir) {
+  std::signal(SIGXFSZ, SIG_IGN);  // past the limit write() fails with EFBIG instead
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  const rlimit small{1000, old.rlim_max};
+  setrlimit(RLIMIT_FSIZE, &small);
+  int code = 2;
+  {
+    SummaryWriter w(dir);
+    try {
+      for (int i = 0; i < 100; ++i) w.add_scalar("loss", 1.0f, i);  // ~5 KB, buffered
+      w.flush();                                                    // meets the limit
+    } catch (const kolo::Error& e) {
+      const std::string m = e.what();
+      code = m.find("cannot write " + w.path()) != std::string::npos &&
+                     m.find("File too large") != std::string::npos
+                 ? 0
+                 : 1;
+      if (code != 0) std::fprintf(stderr, "%s\n", m.c_str());
+    }
+  }  // the destructor's failed flush is logged, not thrown
+  setrlimit(RLIMIT_FSIZE, &old);
+  fs::remove_all(dir);
+  return code;
+}
+
+TEST_F(TempDir, EventFileThatCannotBeCreatedThrowsNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(create_with_no_file_descriptors(dir_)), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(TempDir, FailedWriteThrowsNamingTheFile) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(write_past_the_file_size_limit(dir_)), ::testing::ExitedWithCode(0), "");
+}
+
+// --- The callback ------------------------------------------------------------------------
+
+class FakeHost : public TrainingHost {
+ public:
+  bool chief = true;
+  std::int64_t iterations_ = 0;
+  double lr = 0.1;
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+
+  bool stop_training() const override { return false; }
+  void set_stop_training(bool) override {}
+  double learning_rate() const override { return lr; }
+  void set_learning_rate(double v) override { lr = v; }
+  std::optional<double> momentum() const override { return std::nullopt; }
+  void set_momentum(double) override {}
+  std::vector<std::pair<std::string, torch::Tensor>> get_weights() const override {
+    return weights;
+  }
+  void set_weights(const std::vector<std::pair<std::string, torch::Tensor>>& w) override {
+    weights = w;
+  }
+  void save(const std::string&, bool,
+            const std::vector<std::pair<std::string, double>>&) const override {}
+  std::vector<std::pair<std::string, double>> load(const std::string&, bool) override { return {}; }
+  bool is_chief() const override { return chief; }
+  int num_workers() const override { return 2; }
+  int num_replicas_in_sync() const override { return 2; }
+  std::int64_t iterations() const override { return iterations_; }
+  void resume_at_epoch(int) override {}
+  std::vector<double> average_over_workers(const std::vector<double>& v) override { return v; }
+  void broadcast_weights_from_chief() override {}
+};
+
+// Known values (exact in float) for batch, epoch and validation logs.
+float batch_loss(std::int64_t iteration) { return 1.0f / static_cast<float>(1 << iteration); }
+float epoch_loss(int epoch) { return 2.0f - 0.5f * epoch; }
+float val_loss(int epoch) { return 3.0f - 0.25f * epoch; }
+double learning_rate(int epoch) { return 0.5 / (1 << epoch); }
+
+// What fit() does with its callbacks: `validate` runs an evaluation (on_test_begin/end)
+// before each on_epoch_end, as Keras's fit does.
+void run_fit(TensorBoard& tb, FakeHost& host, int epochs, int steps, bool validate) {
+  Logs none;
+  tb.on_train_begin(none);
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    host.lr = learning_rate(epoch);
+    tb.on_epoch_begin(epoch, none);
+    for (int batch = 0; batch < steps; ++batch) {
+      tb.on_train_batch_begin(batch, none);
+      ++host.iterations_;
+      Logs logs{{"loss", batch_loss(host.iterations_)}, {"accuracy", 0.5}};
+      tb.on_train_batch_end(batch, logs);
+    }
+    Logs logs{{"loss", epoch_loss(epoch)}, {"accuracy", 0.75}};
+    if (validate) {
+      tb.on_test_begin(none);
+      Logs test{{"loss", val_loss(epoch)}, {"accuracy", 0.625}};
+      tb.on_test_end(test);
+      logs.set("val_loss", val_loss(epoch));
+      logs.set("val_accuracy", 0.625);
+    }
+    tb.on_epoch_end(epoch, logs);
+  }
+  tb.on_train_end(none);
+}
+
+using TagSteps = std::vector<std::pair<std::string, std::int64_t>>;
+
+// Every event after the file_version one carries exactly one value; their (tag, step).
+TagSteps tag_steps(const std::vector<ReadEvent>& events) {
+  TagSteps out;
+  EXPECT_FALSE(events.empty());
+  if (events.empty()) return out;
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    EXPECT_FALSE(events[i].file_version.has_value());
+    EXPECT_EQ(events[i].values.size(), 1u);
+    EXPECT_EQ(events[i].unknown_fields, 0);
+    for (const auto& v : events[i].values) out.emplace_back(v.tag, events[i].step);
+  }
+  return out;
+}
+
+std::vector<ReadEvent> only_file(const std::string& dir) {
+  const auto files = kolo::testing::event_files(dir);
+  EXPECT_EQ(files.size(), 1u) << dir;
+  return files.empty() ? std::vector<ReadEvent>{} : read_event_file(files[0]);
+}
+
+class TensorBoardCallback : public TempDir {
+ protected:
+  FakeHost host_;
+};
+
+TEST_F(TensorBoardCallback, EveryScalarHistogramAndEvaluationAtItsStep) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  o.update_freq = 2;
+  o.histogram_freq = 1;
+  o.write_steps_per_second = true;
+  TensorBoard tb(o);
+  host_.weights = {{"fc1.weight", torch::tensor({{1.0, 2.0}, {3.0, 4.0}})},
+                   {"fc1.bias", torch::tensor({0.5f, -0.5f})},
+                   {"bn.num_batches_tracked", torch::tensor(7, torch::kLong)}};
+  tb.set_host(&host_);
+  const double before = now();
+  run_fit(tb, host_, /*epochs=*/2, /*steps=*/3, /*validate=*/true);
+
+  // train/: batch scalars after iterations 2, 4 and 6; epoch scalars and histograms at
+  // epochs 0 and 1, in the order written.
+  const auto train = only_file(dir_ + "/train");
+  TagSteps expected;
+  auto batch = [&](std::int64_t it) {
+    expected.insert(expected.end(),
+                    {{"batch_steps_per_second", it}, {"batch_loss", it}, {"batch_accuracy", it}});
+  };
+  auto epoch = [&](std::int64_t e) {
+    expected.insert(expected.end(), {{"epoch_loss", e},
+                                     {"epoch_accuracy", e},
+                                     {"epoch_learning_rate", e},
+                                     {"epoch_steps_per_second", e},
+                                     {"fc1/weight/histogram", e},
+                                     {"fc1/bias/histogram", e}});
+  };
+  batch(2);
+  epoch(0);
+  batch(4);
+  batch(6);
+  epoch(1);
+  EXPECT_EQ(tag_steps(train), expected);
+  for (const auto& e : train) EXPECT_GE(e.wall_time, std::floor(before));
+
+  using Points = std::vector<std::pair<std::int64_t, float>>;
+  using kolo::testing::scalars;
+  EXPECT_EQ(scalars(train, "batch_loss"),
+            (Points{{2, batch_loss(2)}, {4, batch_loss(4)}, {6, batch_loss(6)}}));
+  EXPECT_EQ(scalars(train, "batch_accuracy"), (Points{{2, 0.5f}, {4, 0.5f}, {6, 0.5f}}));
+  EXPECT_EQ(scalars(train, "epoch_loss"), (Points{{0, epoch_loss(0)}, {1, epoch_loss(1)}}));
+  EXPECT_EQ(scalars(train, "epoch_accuracy"), (Points{{0, 0.75f}, {1, 0.75f}}));
+  EXPECT_EQ(scalars(train, "epoch_learning_rate"),
+            (Points{{0, static_cast<float>(learning_rate(0))},
+                    {1, static_cast<float>(learning_rate(1))}}));
+  for (const char* rate : {"batch_steps_per_second", "epoch_steps_per_second"}) {
+    for (const auto& [step, value] : scalars(train, rate)) {
+      EXPECT_TRUE(std::isfinite(value) && value > 0) << rate << " at " << step << ": " << value;
+    }
+  }
+  for (const auto& e : train) {
+    for (const auto& v : e.values) {
+      if (v.tag != "fc1/weight/histogram") continue;
+      ASSERT_TRUE(v.histo.has_value());
+      EXPECT_EQ(v.histo->min, 1);
+      EXPECT_EQ(v.histo->max, 4);
+      EXPECT_EQ(v.histo->num, 4);
+      EXPECT_EQ(v.histo->sum, 10);
+      EXPECT_EQ(v.histo->sum_squares, 30);
+    }
+  }
+
+  // validation/: fit's evaluations at the iterations they ran after, then the "val_"
+  // entries of each epoch without the prefix.
+  const auto validation = only_file(dir_ + "/validation");
+  EXPECT_EQ(tag_steps(validation), (TagSteps{{"evaluation_loss_vs_iterations", 3},
+                                             {"evaluation_accuracy_vs_iterations", 3},
+                                             {"epoch_loss", 0},
+                                             {"epoch_accuracy", 0},
+                                             {"evaluation_loss_vs_iterations", 6},
+                                             {"evaluation_accuracy_vs_iterations", 6},
+                                             {"epoch_loss", 1},
+                                             {"epoch_accuracy", 1}}));
+  EXPECT_EQ(scalars(validation, "epoch_loss"), (Points{{0, val_loss(0)}, {1, val_loss(1)}}));
+  EXPECT_EQ(scalars(validation, "evaluation_loss_vs_iterations"),
+            (Points{{3, val_loss(0)}, {6, val_loss(1)}}));
+  EXPECT_EQ(scalars(validation, "epoch_accuracy"), (Points{{0, 0.625f}, {1, 0.625f}}));
+}
+
+TEST_F(TensorBoardCallback, DefaultsWriteEpochScalarsOnlyAndNoValidationRun) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  TensorBoard tb(o);
+  host_.weights = {{"w", torch::ones({2})}};
+  tb.set_host(&host_);
+  run_fit(tb, host_, /*epochs=*/3, /*steps=*/2, /*validate=*/false);
+  TagSteps expected;
+  for (std::int64_t e = 0; e < 3; ++e) {
+    expected.insert(expected.end(),
+                    {{"epoch_loss", e}, {"epoch_accuracy", e}, {"epoch_learning_rate", e}});
+  }
+  EXPECT_EQ(tag_steps(only_file(dir_ + "/train")), expected);
+  EXPECT_FALSE(fs::exists(dir_ + "/validation"));
+}
+
+TEST_F(TensorBoardCallback, HistogramsEveryNthEpochFromTheFirst) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  o.histogram_freq = 2;
+  TensorBoard tb(o);
+  host_.weights = {{"encoder.0.weight", torch::arange(6, torch::kFloat).reshape({2, 3})}};
+  tb.set_host(&host_);
+  run_fit(tb, host_, /*epochs=*/5, /*steps=*/1, /*validate=*/false);
+  std::vector<std::int64_t> steps;
+  for (const auto& [tag, step] : tag_steps(only_file(dir_ + "/train"))) {
+    if (tag == "encoder/0/weight/histogram") steps.push_back(step);
+  }
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{0, 2, 4}));
+}
+
+TEST_F(TensorBoardCallback, EvaluateAfterFitWritesANewValidationFile) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  TensorBoard tb(o);
+  tb.set_host(&host_);
+  run_fit(tb, host_, /*epochs=*/1, /*steps=*/4, /*validate=*/true);
+  Logs none, test{{"loss", 0.25}, {"accuracy", 0.875}};
+  tb.on_test_begin(none);
+  tb.on_test_end(test);  // an evaluate() outside fit: flushed at its end
+
+  const auto files = kolo::testing::event_files(dir_ + "/validation");
+  ASSERT_EQ(files.size(), 2u);
+  // Sorted by name: the creation second, then the number; the second file is evaluate's.
+  const auto after = read_event_file(files[1]);
+  EXPECT_EQ(tag_steps(after), (TagSteps{{"evaluation_loss_vs_iterations", 4},
+                                        {"evaluation_accuracy_vs_iterations", 4}}));
+  EXPECT_EQ(kolo::testing::scalars(after, "evaluation_accuracy_vs_iterations"),
+            (std::vector<std::pair<std::int64_t, float>>{{4, 0.875f}}));
+}
+
+TEST_F(TensorBoardCallback, EvaluateWithoutFitWritesValidationOnly) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  TensorBoard tb(o);
+  tb.set_host(&host_);
+  host_.iterations_ = 17;
+  Logs none, test{{"loss", 0.5}};
+  tb.on_test_begin(none);
+  tb.on_test_end(test);
+  EXPECT_EQ(tag_steps(only_file(dir_ + "/validation")),
+            (TagSteps{{"evaluation_loss_vs_iterations", 17}}));
+  EXPECT_FALSE(fs::exists(dir_ + "/train"));
+}
+
+TEST_F(TensorBoardCallback, NonChiefWritesNothing) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  o.update_freq = 1;
+  o.histogram_freq = 1;
+  o.write_steps_per_second = true;
+  TensorBoard tb(o);
+  host_.chief = false;
+  host_.weights = {{"w", torch::ones({2})}};
+  tb.set_host(&host_);
+  run_fit(tb, host_, /*epochs=*/2, /*steps=*/2, /*validate=*/true);
+  Logs none, test{{"loss", 0.5}};
+  tb.on_test_end(test);
+  EXPECT_FALSE(fs::exists(dir_));
+}
+
+TEST_F(TensorBoardCallback, EachFitStartsNewFilesWithStepsGoingOn) {
+  TensorBoardOptions o;
+  o.log_dir = dir_;
+  o.update_freq = 1;
+  TensorBoard tb(o);
+  tb.set_host(&host_);
+  run_fit(tb, host_, /*epochs=*/1, /*steps=*/2, /*validate=*/false);
+  run_fit(tb, host_, /*epochs=*/1, /*steps=*/2, /*validate=*/false);
+  const auto files = kolo::testing::event_files(dir_ + "/train");
+  ASSERT_EQ(files.size(), 2u);
+  std::vector<std::int64_t> steps;
+  for (const auto& f : files) {
+    for (const auto& [step, value] : kolo::testing::scalars(read_event_file(f), "batch_loss")) {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{1, 2, 3, 4}));
+}
+
+}  // namespace
+}  // namespace kolo::train
