@@ -140,12 +140,14 @@ std::string scalar_event(const std::string& tag, float value, std::int64_t step,
 
 std::string histogram_event(const std::string& tag, const Histogram& histogram, std::int64_t step,
                             double wall_time) {
+  // proto3 leaves out a zero (all bits 0) double; so does this, so the bytes are the
+  // ones protobuf itself would write.
   std::string proto;
-  put_double(proto, 1, histogram.min);
-  put_double(proto, 2, histogram.max);
-  put_double(proto, 3, histogram.num);
-  put_double(proto, 4, histogram.sum);
-  put_double(proto, 5, histogram.sum_squares);
+  const double fields[] = {histogram.min, histogram.max, histogram.num, histogram.sum,
+                           histogram.sum_squares};
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    if (std::bit_cast<std::uint64_t>(fields[i]) != 0) put_double(proto, i + 1, fields[i]);
+  }
   put_packed_doubles(proto, 6, histogram.bucket_limit);
   put_packed_doubles(proto, 7, histogram.bucket);
   std::string v;
