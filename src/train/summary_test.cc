@@ -90,7 +90,7 @@ class TempDir : public ::testing::Test {
 
 // --- CRC-32C -----------------------------------------------------------------------------
 
-TEST(Crc32c, KnownVectors) {
+TEST(Crc32c, KnownVectorsAndTheMask) {
   const std::string digits = "123456789";
   const std::string zeros(32, '\0'), ones(32, '\xff');
   std::string ascending;
@@ -105,10 +105,8 @@ TEST(Crc32c, KnownVectors) {
     // The reader's own CRC agrees, so it can check the writer's framing.
     EXPECT_EQ(kolo::testing::reader_crc32c(bytes), crc) << to_hex(bytes);
   }
-}
 
-TEST(Crc32c, MaskRotatesAndAddsTheConstant) {
-  const std::string digits = "123456789";
+  // The mask: rotate right by 15 bits, add a constant.
   const std::uint32_t c = 0xE3069283;
   EXPECT_EQ(masked_crc32c(digits.data(), digits.size()), ((c >> 15) | (c << 17)) + 0xA282EAD8u);
   // The header CRC of the facts' first record: the length 24 as 8 little-endian bytes.
@@ -118,12 +116,9 @@ TEST(Crc32c, MaskRotatesAndAddsTheConstant) {
 
 // --- Records byte for byte ---------------------------------------------------------------
 
-TEST(EventEncoding, FileVersionRecordMatchesTheReference) {
+TEST(EventEncoding, RecordsMatchTheReferenceByteForByte) {
   EXPECT_EQ(to_hex(events::record(events::file_version_event(1700000000.0))),
             to_hex(from_hex(kFileVersionRecord)));
-}
-
-TEST(EventEncoding, ScalarRecordMatchesTheReference) {
   EXPECT_EQ(to_hex(events::record(events::scalar_event("loss", 0.5f, 1, 1700000001.0))),
             to_hex(from_hex(kScalarRecord)));
 }
@@ -262,7 +257,7 @@ void expect_well_formed(const events::Histogram& h) {
   EXPECT_EQ(total, h.num);
 }
 
-TEST(Histogram, StatisticsAndBucketsOfMixedInput) {
+TEST(Histogram, StatisticsAndBucketsOfAnyInput) {
   const double nan = std::nan("");
   const double inf = std::numeric_limits<double>::infinity();
   const events::Histogram h = events::make_histogram({0.5, -2, 3, nan, 3, inf, -inf, 0});
@@ -282,23 +277,19 @@ TEST(Histogram, StatisticsAndBucketsOfMixedInput) {
   // Each value lies in [previous limit, its limit).
   EXPECT_LT(-2, limit_above(-2));
   EXPECT_LE(limit_above(0.5) / 1.1, 0.5 * (1 + 1e-12));
-}
 
-TEST(Histogram, MinAndMaxOfOneValueAndOfSortedInput) {
   // A known C++ writer updates min only when a value is not a new max ("else if"): one
   // value, or ascending input, left min at DBL_MAX.
   for (const std::vector<double>& values :
        {std::vector<double>{7}, std::vector<double>{1, 2, 3}, std::vector<double>{3, 2, 1},
         std::vector<double>{-1, -1}}) {
-    const events::Histogram h = events::make_histogram(values);
-    EXPECT_EQ(h.min, *std::min_element(values.begin(), values.end()));
-    EXPECT_EQ(h.max, *std::max_element(values.begin(), values.end()));
-    EXPECT_EQ(h.num, static_cast<double>(values.size()));
-    expect_well_formed(h);
+    const events::Histogram few = events::make_histogram(values);
+    EXPECT_EQ(few.min, *std::min_element(values.begin(), values.end()));
+    EXPECT_EQ(few.max, *std::max_element(values.begin(), values.end()));
+    EXPECT_EQ(few.num, static_cast<double>(values.size()));
+    expect_well_formed(few);
   }
-}
 
-TEST(Histogram, ExtremesAndEmpty) {
   const events::Histogram big = events::make_histogram({DBL_MAX, -DBL_MAX, 1e30});
   EXPECT_EQ(big.min, -DBL_MAX);
   EXPECT_EQ(big.max, DBL_MAX);
@@ -363,9 +354,9 @@ TEST_F(TempDir, LogDirThatCannotBeCreatedThrowsNamingIt) {
                       "cannot create the log directory");
 }
 
-// The next two change process limits, so they run in a child (a death test) that exits 0
-// when the error was as expected. Each puts the limit back and removes its directory
-// before it exits (a death test child skips TearDown).
+// The next two change process limits, so they run in a child (a death test, forked: it
+// only creates and writes files) that exits 0 when the error was as expected. Each puts
+// the limit back and removes its directory before it exits (the child skips TearDown).
 int create_with_no_file_descriptors(const std::string& dir) {
   fs::create_directories(dir);
   rlimit old{};
@@ -415,12 +406,10 @@ int write_past_the_file_size_limit(const std::string& dir) {
 }
 
 TEST_F(TempDir, EventFileThatCannotBeCreatedThrowsNamingIt) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(std::_Exit(create_with_no_file_descriptors(dir_)), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(TempDir, FailedWriteThrowsNamingTheFile) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(std::_Exit(write_past_the_file_size_limit(dir_)), ::testing::ExitedWithCode(0), "");
 }
 
