@@ -65,7 +65,11 @@ std::string help_footer() {
        "  KOLO_LAUNCHER_MODE (default: kolorun)\n"
        "      kolorun: start the workers itself; mpi: through mpirun, as --mpi\n"
        "  KOLO_SSH_PORT (default: unset)\n"
-       "      the port ssh connects to on other hosts (unset: ssh's own default)\n";
+       "      the port ssh connects to on other hosts (unset: ssh's own default)\n"
+       "  KOLO_TERMINAL (default: unset)\n"
+       "      1: kolorun's stdout counts as a terminal, 0: it does not (unset: isatty). On a\n"
+       "      terminal every worker gets KOLO_TERMINAL=1 and a line it redraws with \\r (a\n"
+       "      progress bar) is shown in place; otherwise only its last update is passed on\n";
   return s;
 }
 
