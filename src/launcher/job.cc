@@ -33,8 +33,6 @@ constexpr auto kCauseWindow = std::chrono::seconds(1);
 // A line repeated under the cause's message is cut to this.
 constexpr size_t kMaxRepeatedLine = 512;
 
-void say(const std::string& text) { write_all(2, "kolorun: " + text + "\n"); }
-
 struct Worker {
   WorkerPlan plan;
   Child child;  // pid -1 when it could not be started
@@ -52,12 +50,14 @@ struct Worker {
 // The job's state; owned by kolorun's one thread.
 class Job {
  public:
-  explicit Job(const JobOptions& o) : o_(o) {}
+  explicit Job(const JobOptions& o) : o_(o), console_(o.terminal) {}
   int run();
 
  private:
+  void say(const std::string& text) { console_.message(2, "kolorun: " + text + "\n"); }
   void start(Worker* w, const std::vector<std::string>& base_env);
   void on_line(Worker* w, int stream, std::string_view line);
+  void on_redraw(Worker* w, int stream, std::string_view text);
   void reap();
   // Once a worker was reaped and its output is in (or its drain time passed): its end.
   void maybe_finish(Worker* w);
@@ -73,6 +73,7 @@ class Job {
   int exit_status() const;
 
   const JobOptions& o_;
+  Console console_;
   std::vector<Worker> workers_;
   GroupGuard guard_;
   std::vector<WorkerExit> candidates_;  // failures that may be the cause, in order
@@ -124,7 +125,9 @@ int Job::run() {
       if (!w.output) continue;
       w.output->service(
           fds, [&](std::string_view line) { on_line(&w, 1, line); },
-          [&](std::string_view line) { on_line(&w, 2, line); });
+          [&](std::string_view line) { on_line(&w, 2, line); },
+          [&](std::string_view text) { on_redraw(&w, 1, text); },
+          [&](std::string_view text) { on_redraw(&w, 2, text); });
     }
     for (const auto& e : read_signal_events(signal_fd)) {
       if (e.signal != SIGCHLD) on_user_signal(e.signal);
@@ -134,6 +137,7 @@ int Job::run() {
     on_deadlines();
   }
   if (!cause_decided_ && cause_deadline_) decide_cause();
+  console_.finish();
   end_descendants(std::chrono::milliseconds(500));
   end_group_guard(&guard_);
   return exit_status();
@@ -188,12 +192,17 @@ void Job::on_line(Worker* w, int stream, std::string_view line) {
     }
   }
   std::string text = "[" + std::to_string(w->plan.rank) + "] ";
-  text.reserve(text.size() + line.size() + 1);
   text.append(line);
-  text += '\n';
-  write_all(stream, text);
+  console_.line(stream, w->plan.rank, text);
   w->last_lines.emplace_back(line.substr(0, kMaxRepeatedLine));
   if (w->last_lines.size() > kLastLines) w->last_lines.pop_front();
+}
+
+void Job::on_redraw(Worker* w, int stream, std::string_view text) {
+  // Not kept in last_lines: only the line it ends as is.
+  std::string shown = "[" + std::to_string(w->plan.rank) + "] ";
+  shown.append(text);
+  console_.redraw(stream, w->plan.rank, shown);
 }
 
 void Job::reap() {
@@ -287,7 +296,7 @@ void Job::decide_cause() {
                        (lines.size() == 1 ? " line" : " lines") + " (stdout and stderr):\n";
     for (const auto& l : lines)
       text += "kolorun:   [" + std::to_string(cause_->rank) + "] " + l + "\n";
-    write_all(2, text);
+    console_.message(2, text);
   }
   if (all_ended() || stopping_) return;
   grace_deadline_ = Clock::now() + seconds_duration(o_.grace_seconds);

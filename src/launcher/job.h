@@ -36,6 +36,10 @@ struct JobOptions {
   std::string event_token;
   double grace_seconds = 5;
   double kill_after_seconds = 2;  // SIGTERM -> SIGKILL
+  // kolorun's stdout is a terminal (is_terminal in lines.h): a worker's in-place updates
+  // ("\r" redraws, e.g. a progress bar) are shown as they come (Console in lines.h);
+  // otherwise only the last update of each redrawn line is passed on, as a line.
+  bool terminal = false;
   // Where each worker's end is published ("launcher/exit/<rank>", then
   // "launcher/exits" += 1; docs/rendezvous.md); nullptr: nowhere.
   rendezvous::Store* store = nullptr;

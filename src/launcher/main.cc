@@ -29,6 +29,7 @@
 #include "launcher/hosts.h"
 #include "launcher/job.h"
 #include "launcher/layout.h"
+#include "launcher/lines.h"
 #include "launcher/mpirun_command.h"
 #include "launcher/remote_worker.h"
 #include "launcher/shim.h"
@@ -64,7 +65,11 @@ std::string help_footer() {
        "  KOLO_LAUNCHER_MODE (default: kolorun)\n"
        "      kolorun: start the workers itself; mpi: through mpirun, as --mpi\n"
        "  KOLO_SSH_PORT (default: unset)\n"
-       "      the port ssh connects to on other hosts (unset: ssh's own default)\n";
+       "      the port ssh connects to on other hosts (unset: ssh's own default)\n"
+       "  KOLO_TERMINAL (default: unset)\n"
+       "      1: kolorun's stdout counts as a terminal, 0: it does not (unset: isatty). On a\n"
+       "      terminal every worker gets KOLO_TERMINAL=1 and a line it redraws with \\r (a\n"
+       "      progress bar) is shown in place; otherwise only its last update is passed on\n";
   return s;
 }
 
@@ -278,6 +283,7 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
   job.rendezvous_secret = secret;
   job.event_token = launcher::make_event_token();
   job.grace_seconds = request.grace_seconds;
+  job.terminal = launcher::is_terminal(in.env, 1);
   job.store = store.get();
   const int status = launcher::run_job(job);
   store.reset();
@@ -392,6 +398,14 @@ int main(int argc, char** argv) {
     return fail(s.message());
   }
 
+  // On a terminal the workers' progress bars redraw in place and kolorun shows their
+  // updates as they come (docs/launcher.md, "Output"): every worker gets KOLO_TERMINAL=1
+  // (kolorun's environment is the local workers'; KOLO_* variables reach other hosts on
+  // the ssh command line, and mpirun's workers through -x).
+  if (launcher::is_terminal(kolo::core::process_env(), 1)) {
+    ::setenv(launcher::kTerminalVar, "1", 1);
+  }
+
   const char* mode = std::getenv(launcher::kLauncherModeVar);
   const std::string mode_text = mode ? mode : "";
   if (mode_text != "" && mode_text != "kolorun" && mode_text != "mpi") {
@@ -441,5 +455,6 @@ int main(int argc, char** argv) {
   supervise.grace_seconds = grace_seconds;
   supervise.event_token = token;
   supervise.shm_dir = inputs.shm_dir;
+  supervise.terminal = launcher::is_terminal(inputs.env, 1);
   return launcher::supervise(supervise);
 }

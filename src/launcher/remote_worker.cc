@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 
+#include "core/config.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
@@ -107,8 +108,27 @@ int run_remote_worker(const std::vector<std::string>& args) {
     return 127;
   }
   OutputReader output(child.out_fd, child.err_fd);
-  auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
-  auto to_stderr = [](std::string_view line) { write_all(2, std::string(line) + "\n"); };
+  // Whether an update of the current line went out on stdout, stderr (terminal only).
+  bool redrawn[3] = {false, false, false};
+  auto line_to = [&](int fd) {
+    return [&redrawn, fd](std::string_view line) {
+      std::string text = redrawn[fd] ? "\r" : "";
+      redrawn[fd] = false;
+      text.append(line);
+      text += '\n';
+      write_all(fd, text);
+    };
+  };
+  const bool terminal = kolorun_on_terminal(core::process_env());
+  auto redraw_to = [&](int fd) -> LineSplitter::Sink {
+    if (!terminal) return nullptr;
+    return [&redrawn, fd](std::string_view update) {
+      redrawn[fd] = true;
+      write_all(fd, "\r" + std::string(update));
+    };
+  };
+  const LineSplitter::Sink to_stdout = line_to(1), to_stderr = line_to(2);
+  const LineSplitter::Sink redraw_stdout = redraw_to(1), redraw_stderr = redraw_to(2);
   bool exited = false, stopping = false, stdin_open = true;
   std::optional<Clock::time_point> kill_at, drain_until;
   auto stop = [&] {
@@ -129,7 +149,7 @@ int run_remote_worker(const std::vector<std::string>& args) {
       deadline = &*kill_at;
     }
     if (::poll(fds.data(), fds.size(), poll_timeout_ms(deadline)) < 0 && errno != EINTR) break;
-    output.service(fds, to_stdout, to_stderr);
+    output.service(fds, to_stdout, to_stderr, redraw_stdout, redraw_stderr);
     for (const auto& p : fds) {
       if (p.fd != 0 || p.revents == 0 || !stdin_open) continue;
       char buf[256];

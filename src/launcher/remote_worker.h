@@ -4,6 +4,9 @@
 // It reads the job's secrets from its stdin (worker_plan.h, secrets_header: they must not
 // be on a command line), starts the program in a process group of its own with its
 // output on pipes, and passes each line on whole (unprefixed: kolorun adds "[rank] ").
+// With KOLO_TERMINAL=1 (kolorun is on a terminal) it also passes on a line's in-place
+// updates as they come, "\r" TEXT without newline, and the line they end as "\r" LINE
+// "\n", which kolorun's own splitter reads back as updates and one line (lines.h).
 // Its stdin stays a pipe from kolorun through ssh: when it closes (kolorun ended the job,
 // or died, even by SIGKILL, taking ssh with it) the wrapper sends the program's process
 // group SIGTERM and, 2 s later, SIGKILL, so that no worker outlives its kolorun. When the

@@ -183,6 +183,19 @@ int run_shim(const ShimOptions& options) {
     auto to_stderr = [&](std::string_view line) {
       write_all(2, prefix + std::string(line) + "\n");
     };
+    // On a terminal (KOLO_TERMINAL=1 from kolorun), an in-place update goes out as a whole
+    // line "\r[rank] TEXT": mpirun merges every shim's output into one stream, where an
+    // unfinished line would run into another worker's. kolorun's parent shows these lines
+    // in place (supervisor.h); the line they end as comes as usual.
+    LineSplitter::Sink redraw_stdout, redraw_stderr;
+    if (kolorun_on_terminal(core::process_env())) {
+      redraw_stdout = [&](std::string_view text) {
+        write_all(1, "\r" + prefix + std::string(text) + "\n");
+      };
+      redraw_stderr = [&](std::string_view text) {
+        write_all(2, "\r" + prefix + std::string(text) + "\n");
+      };
+    }
     bool exited = false;
     bool stop_requested = false;
     Clock::time_point drain_deadline;
@@ -202,7 +215,7 @@ int run_shim(const ShimOptions& options) {
         }
         break;
       }
-      output.service(fds, to_stdout, to_stderr);
+      output.service(fds, to_stdout, to_stderr, redraw_stdout, redraw_stderr);
       for (const auto& e : read_signal_events(signal_fd)) {
         if (e.signal == SIGCHLD) continue;
         // The process that started the shim (mpirun, or its orted on another host) stops

@@ -1,7 +1,9 @@
 // Shim: what mpirun runs on each worker slot (`kolorun --worker-shim -- PROGRAM ARGS`).
 //
 // It turns mpirun's rank variables and kolorun's layout into the KOLO_* variables,
-// runs the program with its output on pipes, prefixes every line with "[rank] ", and when
+// runs the program with its output on pipes, prefixes every line with "[rank] " (a line
+// redrawn with "\r" becomes its last update; with KOLO_TERMINAL=1 each update is also
+// passed on as a line "\r[rank] TEXT", which kolorun shows in place), and when
 // the program ends ends whatever it left behind (the shim is a child sub-reaper, so even a
 // daemon that called setsid() is found) and writes one exit marker (events.h) to stderr.
 // If the program failed,

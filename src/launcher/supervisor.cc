@@ -34,25 +34,30 @@ constexpr auto kMpirunNamingWindow = std::chrono::seconds(5);
 
 Clock::duration seconds(double s) { return seconds_duration(s); }
 
-void say(const std::string& text) { write_all(2, "kolorun: " + text + "\n"); }
-
-// Lines that the worker shims forwarded start with "[rank] "; anything else on mpirun's
-// stderr comes from mpirun itself.
-bool is_worker_line(std::string_view line) {
-  if (line.size() < 4 || line[0] != '[') return false;
+// Lines that the worker shims forwarded start with "[rank] ": the rank, else -1 (anything
+// else on mpirun's output comes from mpirun itself).
+int worker_rank(std::string_view line) {
+  if (line.size() < 4 || line[0] != '[') return -1;
   size_t i = 1;
-  while (i < line.size() && line[i] >= '0' && line[i] <= '9') ++i;
-  return i > 1 && i + 1 < line.size() && line[i] == ']' && line[i + 1] == ' ';
+  int rank = 0;
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9' && rank < (1 << 24)) {
+    rank = rank * 10 + (line[i++] - '0');
+  }
+  return i > 1 && i + 1 < line.size() && line[i] == ']' && line[i + 1] == ' ' ? rank : -1;
 }
+bool is_worker_line(std::string_view line) { return worker_rank(line) >= 0; }
 
 // The job's state; owned by the one thread of kolorun.
 class Job {
  public:
-  explicit Job(const SuperviseOptions& o) : o_(o) {}
+  explicit Job(const SuperviseOptions& o) : o_(o), console_(o.terminal) {}
 
   int run();
 
  private:
+  void say(const std::string& text) { console_.message(2, "kolorun: " + text + "\n"); }
+  // A line of mpirun's stdout (fd 1) or stderr (fd 2) that is no exit marker.
+  void pass_on(int fd, std::string_view line);
   void on_stderr_line(std::string_view line);
   void on_mpirun_line(std::string_view line);
   void on_marker(const WorkerExit& e);
@@ -73,6 +78,7 @@ class Job {
   int exit_status();
 
   const SuperviseOptions& o_;
+  Console console_;
   Child mpirun_;
   std::optional<int> mpirun_status_;  // wait() status once reaped
   // Failure reports that may be the cause (cause_weight > 0), in arrival order: markers,
@@ -110,8 +116,10 @@ int Job::run() {
   // If kolorun is killed, PR_SET_PDEATHSIG sends mpirun SIGTERM; the guard makes sure
   // that it is gone 5 s later even if it ignored that.
   const pid_t guard = start_guard(mpirun_.pid, o_.kill_after_seconds, o_.shm_dir);
-  OutputReader output(mpirun_.out_fd, mpirun_.err_fd);
-  auto to_stdout = [](std::string_view line) { write_all(1, std::string(line) + "\n"); };
+  // The shims have made each line its last update already (shim.h); the lines that
+  // start with "\r" are updates to show in place.
+  OutputReader output(mpirun_.out_fd, mpirun_.err_fd, LineSplitter::Returns::kKeep);
+  auto to_stdout = [this](std::string_view line) { pass_on(1, line); };
   auto to_stderr = [this](std::string_view line) { on_stderr_line(line); };
 
   while (!mpirun_status_ || (output.open() && Clock::now() < *drain_deadline_)) {
@@ -134,6 +142,7 @@ int Job::run() {
     on_deadlines();
   }
   output.finish(to_stdout, to_stderr);
+  console_.finish();
   end_guard(guard);
   remove_job_dir(o_.shm_dir);
   return exit_status();
@@ -149,11 +158,25 @@ void Job::on_stderr_line(std::string_view line) {
     on_marker(e);
     return;
   }
-  if (!is_worker_line(line)) on_mpirun_line(line);
+  const bool from_worker = is_worker_line(line) ||
+                           (line.size() > 1 && line[0] == '\r' && is_worker_line(line.substr(1)));
+  if (!from_worker) on_mpirun_line(line);
   // Once kolorun has stopped the job, mpirun's own reports about processes it had to
   // terminate only repeat what kolorun already said.
-  if (stopping_ && !is_worker_line(line)) return;
-  write_all(2, std::string(line) + "\n");
+  if (stopping_ && !from_worker) return;
+  pass_on(2, line);
+}
+
+void Job::pass_on(int fd, std::string_view line) {
+  if (console_.terminal() && line.size() > 1 && line[0] == '\r') {
+    const int rank = worker_rank(line.substr(1));
+    if (rank >= 0) {
+      console_.redraw(fd, rank, line.substr(1));
+      return;
+    }
+  }
+  const int rank = worker_rank(line);
+  console_.line(fd, rank >= 0 ? rank : Console::kKolorun, line);
 }
 
 void Job::on_mpirun_line(std::string_view line) {

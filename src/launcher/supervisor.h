@@ -31,6 +31,10 @@ struct SuperviseOptions {
   // The token in the workers' exit markers (events.h; also in mpirun's environment as
   // KOLO_LAUNCHER_TOKEN).
   std::string event_token;
+  // kolorun's stdout is a terminal (lines.h, is_terminal): the shims' update lines
+  // ("\r[rank] TEXT", shim.h) are shown in place (Console, lines.h). Otherwise they are
+  // passed on like other lines (the shims send none: KOLO_TERMINAL is not 1 for them).
+  bool terminal = false;
   // This job's own directory for OpenMPI's shared-memory segments (MpirunInputs::shm_dir),
   // removed when the job ends; "" = none.
   std::string shm_dir;
