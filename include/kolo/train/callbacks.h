@@ -8,8 +8,11 @@
 // Not for: the hooks themselves (callback.h).
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,12 +54,13 @@ class ModelCheckpoint : public Callback {
   const std::string& last_path() const { return last_path_; }
 
  private:
-  void save(int epoch, const Logs& logs);
+  // batch: -1 at an epoch end.
+  void save(int epoch, int batch, const Logs& logs);
   ModelCheckpointOptions o_;
   bool greater_ = false;
-  std::optional<double> best_;
+  double best_ = 0;  // initial_value_threshold, else +-inf; kept across fits, as Keras
   int epoch_ = 0;
-  std::int64_t batches_ = 0;
+  std::int64_t batches_ = 0;  // since the last save
   std::string last_path_;
 };
 
@@ -80,12 +84,13 @@ class EarlyStopping : public Callback {
   int best_epoch() const { return best_epoch_; }
 
  private:
+  bool is_improvement(double value, double reference) const;
   EarlyStoppingOptions o_;
   bool greater_ = false;
   int wait_ = 0;
   int stopped_epoch_ = 0;
   int best_epoch_ = 0;
-  std::optional<double> best_;
+  double best_ = 0;  // +-inf at train begin
   std::vector<std::pair<std::string, torch::Tensor>> best_weights_;
 };
 
@@ -121,7 +126,7 @@ class ReduceLROnPlateau : public Callback {
  private:
   ReduceLROnPlateauOptions o_;
   bool greater_ = false;
-  std::optional<double> best_;
+  double best_ = 0;  // +-inf at train begin
   int wait_ = 0;
   int cooldown_counter_ = 0;
 };
@@ -136,10 +141,14 @@ class CSVLogger : public Callback {
   void on_train_end(Logs& logs) override;
 
  private:
+  struct FileCloser {
+    void operator()(std::FILE* file) const;
+  };
   std::string filename_, separator_;
   bool append_;
-  std::vector<std::string> keys_;
-  std::FILE* file_ = nullptr;
+  bool header_written_ = false;
+  std::vector<std::string> keys_;                // fixed by the first epoch's logs, as Keras
+  std::unique_ptr<std::FILE, FileCloser> file_;  // open on the chief during fit
 };
 
 // Stops training at the first batch whose loss is NaN or infinite.
@@ -149,8 +158,8 @@ class TerminateOnNaN : public Callback {
 };
 
 struct BackupAndRestoreOptions {
-  std::string backup_dir;       // required; the chief writes here
-  int save_freq = 0;            // 0: at every epoch end (Keras's "epoch"); N: every N batches
+  std::string backup_dir;         // required; the chief writes here
+  int save_freq = 0;              // 0: at every epoch end (Keras's "epoch"); N: every N batches
   bool delete_checkpoint = true;  // remove the backup when training ends normally
 };
 // After a crash (or kill -9) the relaunched job resumes at the epoch it was in: the
@@ -167,9 +176,11 @@ class BackupAndRestore : public Callback {
   int restored_epoch() const { return restored_epoch_; }
 
  private:
+  std::string backup_path() const;    // <backup_dir>/backup.ckpt
+  void backup(int epoch, int batch);  // batch -1: at the epoch's end
   BackupAndRestoreOptions o_;
   int epoch_ = 0;
-  std::int64_t batches_ = 0;
+  std::int64_t batches_ = 0;  // since the last batch-level backup
   int restored_epoch_ = -1;
 };
 
@@ -198,6 +209,7 @@ class LearningRateWarmup : public Callback {
  private:
   LearningRateWarmupOptions o_;
   int epoch_ = 0;
+  std::int64_t steps_ = 0;  // per epoch: steps_per_epoch or fit's steps
   std::optional<double> restore_momentum_;
 };
 
