@@ -40,23 +40,24 @@ std::vector<TemplateField> fields() {
           {"neg", -1.25, false}};
 }
 
-TEST(FormatTemplate, KerasExamples) {
-  EXPECT_EQ(format_template("t", "weights.{epoch:02d}-{val_loss:.2f}.hdf5", fields()),
-            "weights.03-0.99.hdf5");
-  EXPECT_EQ(format_template("t", "ckpt-{epoch}", fields()), "ckpt-3");
-  EXPECT_EQ(format_template("t", "{loss}", fields()), "0.123456");
-  EXPECT_EQ(format_template("t", "no fields", fields()), "no fields");
-}
-
-TEST(FormatTemplate, SpecsAsPython) {
-  EXPECT_EQ(format_template("t", "{epoch:>4}|{epoch:<4}|{epoch:^5}|{epoch:*^5}", fields()),
-            "   3|3   |  3  |**3**");
-  EXPECT_EQ(format_template("t", "{acc:.1%}", fields()), "50.0%");
-  EXPECT_EQ(format_template("t", "{loss:+.3e}", fields()), "+1.235e-01");
-  EXPECT_EQ(format_template("t", "{loss:.3g}|{loss:.3}", fields()), "0.123|0.123");
-  EXPECT_EQ(format_template("t", "{neg:08.3f}|{neg:+}|{acc: }", fields()), "-001.250|-1.25| 0.5");
-  EXPECT_EQ(format_template("t", "{epoch:.2f}|{epoch:+d}", fields()), "3.00|+3");
-  EXPECT_EQ(format_template("t", "{{epoch}}-{{{epoch}}}", fields()), "{epoch}-{3}");
+TEST(FormatTemplate, KerasExamplesAndPythonSpecs) {
+  {  // KerasExamples
+    EXPECT_EQ(format_template("t", "weights.{epoch:02d}-{val_loss:.2f}.hdf5", fields()),
+              "weights.03-0.99.hdf5");
+    EXPECT_EQ(format_template("t", "ckpt-{epoch}", fields()), "ckpt-3");
+    EXPECT_EQ(format_template("t", "{loss}", fields()), "0.123456");
+    EXPECT_EQ(format_template("t", "no fields", fields()), "no fields");
+  }
+  {  // SpecsAsPython
+    EXPECT_EQ(format_template("t", "{epoch:>4}|{epoch:<4}|{epoch:^5}|{epoch:*^5}", fields()),
+              "   3|3   |  3  |**3**");
+    EXPECT_EQ(format_template("t", "{acc:.1%}", fields()), "50.0%");
+    EXPECT_EQ(format_template("t", "{loss:+.3e}", fields()), "+1.235e-01");
+    EXPECT_EQ(format_template("t", "{loss:.3g}|{loss:.3}", fields()), "0.123|0.123");
+    EXPECT_EQ(format_template("t", "{neg:08.3f}|{neg:+}|{acc: }", fields()), "-001.250|-1.25| 0.5");
+    EXPECT_EQ(format_template("t", "{epoch:.2f}|{epoch:+d}", fields()), "3.00|+3");
+    EXPECT_EQ(format_template("t", "{{epoch}}-{{{epoch}}}", fields()), "{epoch}-{3}");
+  }
 }
 
 void expect_error(const std::string& tmpl, const std::string& part) {

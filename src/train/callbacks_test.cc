@@ -104,35 +104,36 @@ TEST(EarlyStopping, Patience2StopsAndRestoresBestWeights) {
   EXPECT_TRUE(host.weights[1].second.eq(1.0f).all().item<bool>());
 }
 
-TEST(EarlyStopping, RestoresBestWeightsEvenWithoutStopping) {
-  FakeHost host;
-  EarlyStoppingOptions o;
-  o.patience = 5;
-  o.restore_best_weights = true;
-  o.verbose = 1;
-  auto es = std::make_shared<EarlyStopping>(o);
-  ::testing::internal::CaptureStdout();
-  auto run = drive_fit(host, {es}, params_for(3), series("val_loss", {0.5, 0.4, 0.9}),
-                       weights_follow_epoch(host));
-  EXPECT_EQ(::testing::internal::GetCapturedStdout(),
-            "Restoring model weights from the end of the best epoch: 2.\n");
-  EXPECT_EQ(run.epochs.size(), 3u);
-  EXPECT_EQ(es->stopped_epoch(), 0);
-  EXPECT_EQ(host.weight_value(), 1.0f);
-}
-
-TEST(EarlyStopping, WithoutRestoreKeepsLastWeightsAndIsSilentAtVerbose0) {
-  FakeHost host;
-  EarlyStoppingOptions o;
-  o.patience = 1;
-  auto es = std::make_shared<EarlyStopping>(o);
-  ::testing::internal::CaptureStdout();
-  auto run = drive_fit(host, {es}, params_for(5), series("val_loss", {0.5, 0.6, 0.4}),
-                       weights_follow_epoch(host));
-  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
-  EXPECT_EQ(run.epochs, (std::vector<int>{0, 1}));
-  EXPECT_EQ(host.weight_value(), 1.0f);
-  EXPECT_EQ(host.set_weights_calls, 0);
+TEST(EarlyStopping, RestoresBestWeightsEvenWithoutStoppingAndOnlyWhenAsked) {
+  {  // RestoresBestWeightsEvenWithoutStopping
+    FakeHost host;
+    EarlyStoppingOptions o;
+    o.patience = 5;
+    o.restore_best_weights = true;
+    o.verbose = 1;
+    auto es = std::make_shared<EarlyStopping>(o);
+    ::testing::internal::CaptureStdout();
+    auto run = drive_fit(host, {es}, params_for(3), series("val_loss", {0.5, 0.4, 0.9}),
+                         weights_follow_epoch(host));
+    EXPECT_EQ(::testing::internal::GetCapturedStdout(),
+              "Restoring model weights from the end of the best epoch: 2.\n");
+    EXPECT_EQ(run.epochs.size(), 3u);
+    EXPECT_EQ(es->stopped_epoch(), 0);
+    EXPECT_EQ(host.weight_value(), 1.0f);
+  }
+  {  // WithoutRestoreKeepsLastWeightsAndIsSilentAtVerbose0
+    FakeHost host;
+    EarlyStoppingOptions o;
+    o.patience = 1;
+    auto es = std::make_shared<EarlyStopping>(o);
+    ::testing::internal::CaptureStdout();
+    auto run = drive_fit(host, {es}, params_for(5), series("val_loss", {0.5, 0.6, 0.4}),
+                         weights_follow_epoch(host));
+    EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+    EXPECT_EQ(run.epochs, (std::vector<int>{0, 1}));
+    EXPECT_EQ(host.weight_value(), 1.0f);
+    EXPECT_EQ(host.set_weights_calls, 0);
+  }
 }
 
 TEST(EarlyStopping, BaselineKeepsTheWaitRunningUntilBeaten) {
@@ -175,27 +176,34 @@ TEST(EarlyStopping, StartFromEpochIgnoresTheWarmUp) {
   EXPECT_EQ(es->best_epoch(), 3);
 }
 
-TEST(EarlyStopping, AutoModeMaximisesValAccuracy) {
-  EarlyStoppingOptions o;
-  o.monitor = "val_accuracy";
-  o.patience = 2;
-  FakeHost host;
-  auto es = std::make_shared<EarlyStopping>(o);
-  // Max: best 0.6 at epoch 1, stop at epoch 3. (Min would stop at epoch 2.)
-  auto run = drive_fit(host, {es}, params_for(10), series("val_accuracy", {0.5, 0.6, 0.55, 0.54}));
-  EXPECT_EQ(run.epochs.size(), 4u);
-  EXPECT_EQ(es->best_epoch(), 1);
-  EXPECT_EQ(es->stopped_epoch(), 3);
-}
-
-TEST(EarlyStopping, MinDeltaCountsSmallGainsAsNoImprovement) {
-  EarlyStoppingOptions o;
-  o.patience = 1;
-  o.min_delta = 0.1;
-  FakeHost host;
-  auto es = std::make_shared<EarlyStopping>(o);
-  auto run = drive_fit(host, {es}, params_for(10), series("val_loss", {1.0, 0.95, 0.5}));
-  EXPECT_EQ(run.epochs.size(), 2u);  // 0.95 is within min_delta of 1.0
+TEST(EarlyStopping, AutoModeMaximisesValAccuracyAndMinDelta) {
+  {  // AutoModeMaximisesValAccuracy
+    EarlyStoppingOptions o;
+    o.monitor = "val_accuracy";
+    o.patience = 2;
+    FakeHost host;
+    auto es = std::make_shared<EarlyStopping>(o);
+    // Max: best 0.6 at epoch 1, stop at epoch 3. (Min would stop at epoch 2.)
+    auto run =
+        drive_fit(host, {es}, params_for(10), series("val_accuracy", {0.5, 0.6, 0.55, 0.54}));
+    EXPECT_EQ(run.epochs.size(), 4u);
+    EXPECT_EQ(es->best_epoch(), 1);
+    EXPECT_EQ(es->stopped_epoch(), 3);
+  }
+  {  // MinDeltaCountsSmallGainsAsNoImprovement
+    EarlyStoppingOptions o;
+    o.patience = 1;
+    o.min_delta = 0.1;
+    FakeHost host;
+    auto es = std::make_shared<EarlyStopping>(o);
+    auto run = drive_fit(host, {es}, params_for(10), series("val_loss", {1.0, 0.95, 0.5}));
+    EXPECT_EQ(run.epochs.size(), 2u);  // 0.95 is within min_delta of 1.0
+  }
+  {  // UnknownModeIsAnError
+    EarlyStoppingOptions o;
+    o.mode = "minimum";
+    EXPECT_THROW(EarlyStopping{o}, Error);
+  }
 }
 
 TEST(EarlyStopping, MissingMonitorWarnsAndNeverStops) {
@@ -215,44 +223,39 @@ TEST(EarlyStopping, MissingMonitorWarnsAndNeverStops) {
       << err;
 }
 
-TEST(EarlyStopping, UnknownModeIsAnError) {
-  EarlyStoppingOptions o;
-  o.mode = "minimum";
-  EXPECT_THROW(EarlyStopping{o}, Error);
-}
-
 // --- LearningRateScheduler ----------------------------------------------------------------
 
-TEST(LearningRateScheduler, SetsTheRateEachEpochAndLogsIt) {
-  FakeHost host;
-  host.lr = 0.1;
-  auto sched = std::make_shared<LearningRateScheduler>(
-      [](int epoch, double lr) { return epoch < 1 ? lr : lr * 0.5; }, 1);
-  std::vector<double> lr_in_epoch;
-  ::testing::internal::CaptureStdout();
-  drive_fit(host, {sched}, params_for(3), series("val_loss", {1, 1, 1}), [&](int, int batch) {
-    if (batch == 0) lr_in_epoch.push_back(host.lr);
-  });
-  EXPECT_EQ(::testing::internal::GetCapturedStdout(),
-            "\nEpoch 1: LearningRateScheduler setting learning rate to 0.1.\n"
-            "\nEpoch 2: LearningRateScheduler setting learning rate to 0.05.\n"
-            "\nEpoch 3: LearningRateScheduler setting learning rate to 0.025.\n");
-  EXPECT_EQ(lr_in_epoch, (std::vector<double>{0.1, 0.05, 0.025}));
-  Logs logs;
-  sched->on_epoch_end(2, logs);
-  EXPECT_EQ(logs.get("lr"), 0.025);
-}
-
-TEST(LearningRateScheduler, NonFiniteRateIsAnError) {
-  FakeHost host;
-  auto sched = std::make_shared<LearningRateScheduler>([](int, double) { return NAN; });
-  try {
-    drive_fit(host, {sched}, params_for(1), series("val_loss", {1}));
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "LearningRateScheduler: schedule(epoch 0, lr 0.1) returned nan; it must return "
-                 "a finite learning rate >= 0");
+TEST(LearningRateScheduler, SetsTheRateEachEpochLogsItAndRefusesNaN) {
+  {  // SetsTheRateEachEpochAndLogsIt
+    FakeHost host;
+    host.lr = 0.1;
+    auto sched = std::make_shared<LearningRateScheduler>(
+        [](int epoch, double lr) { return epoch < 1 ? lr : lr * 0.5; }, 1);
+    std::vector<double> lr_in_epoch;
+    ::testing::internal::CaptureStdout();
+    drive_fit(host, {sched}, params_for(3), series("val_loss", {1, 1, 1}), [&](int, int batch) {
+      if (batch == 0) lr_in_epoch.push_back(host.lr);
+    });
+    EXPECT_EQ(::testing::internal::GetCapturedStdout(),
+              "\nEpoch 1: LearningRateScheduler setting learning rate to 0.1.\n"
+              "\nEpoch 2: LearningRateScheduler setting learning rate to 0.05.\n"
+              "\nEpoch 3: LearningRateScheduler setting learning rate to 0.025.\n");
+    EXPECT_EQ(lr_in_epoch, (std::vector<double>{0.1, 0.05, 0.025}));
+    Logs logs;
+    sched->on_epoch_end(2, logs);
+    EXPECT_EQ(logs.get("lr"), 0.025);
+  }
+  {  // NonFiniteRateIsAnError
+    FakeHost host;
+    auto sched = std::make_shared<LearningRateScheduler>([](int, double) { return NAN; });
+    try {
+      drive_fit(host, {sched}, params_for(1), series("val_loss", {1}));
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(),
+                   "LearningRateScheduler: schedule(epoch 0, lr 0.1) returned nan; it must return "
+                   "a finite learning rate >= 0");
+    }
   }
 }
 
@@ -289,50 +292,52 @@ TEST(ReduceLROnPlateau, ReducesAfterPatienceEpochs) {
             "\nEpoch 5: ReduceLROnPlateau reducing learning rate to 0.25.\n");
 }
 
-TEST(ReduceLROnPlateau, CooldownDelaysTheNextReduction) {
-  ReduceLROnPlateauOptions o;
-  o.patience = 2;
-  o.factor = 0.5;
-  o.cooldown = 2;
-  auto [lrs, last] = plateau_run(o, 7);
-  // Reduced at epoch 2; epochs 3 and 4 are the cooldown (4 already counts towards the
-  // patience: Keras decrements the counter first), so the next reduction is at epoch 5.
-  EXPECT_EQ(lrs, (std::vector<double>{1, 1, 1, 0.5, 0.5, 0.5, 0.25}));
-  EXPECT_EQ(last, 0.25);
+TEST(ReduceLROnPlateau, CooldownDelaysTheNextReductionAndNeverBelowMinLr) {
+  {  // CooldownDelaysTheNextReduction
+    ReduceLROnPlateauOptions o;
+    o.patience = 2;
+    o.factor = 0.5;
+    o.cooldown = 2;
+    auto [lrs, last] = plateau_run(o, 7);
+    // Reduced at epoch 2; epochs 3 and 4 are the cooldown (4 already counts towards the
+    // patience: Keras decrements the counter first), so the next reduction is at epoch 5.
+    EXPECT_EQ(lrs, (std::vector<double>{1, 1, 1, 0.5, 0.5, 0.5, 0.25}));
+    EXPECT_EQ(last, 0.25);
+  }
+  {  // NeverBelowMinLr
+    ReduceLROnPlateauOptions o;
+    o.patience = 1;
+    o.factor = 0.5;
+    o.min_lr = 0.3;
+    auto [lrs, last] = plateau_run(o, 6);
+    EXPECT_EQ(lrs, (std::vector<double>{1, 1, 0.5, 0.3, 0.3, 0.3}));
+    EXPECT_EQ(last, 0.3);
+  }
 }
 
-TEST(ReduceLROnPlateau, NeverBelowMinLr) {
-  ReduceLROnPlateauOptions o;
-  o.patience = 1;
-  o.factor = 0.5;
-  o.min_lr = 0.3;
-  auto [lrs, last] = plateau_run(o, 6);
-  EXPECT_EQ(lrs, (std::vector<double>{1, 1, 0.5, 0.3, 0.3, 0.3}));
-  EXPECT_EQ(last, 0.3);
-}
-
-TEST(ReduceLROnPlateau, ImprovementResetsTheWait) {
-  FakeHost host;
-  host.lr = 1.0;
-  ReduceLROnPlateauOptions o;
-  o.patience = 2;
-  o.min_delta = 0.01;
-  auto cb = std::make_shared<ReduceLROnPlateau>(o);
-  // 0.995 is within min_delta of 1.0 (no improvement); 0.9 improves.
-  drive_fit(host, {cb}, params_for(4), series("val_loss", {1.0, 0.995, 0.9, 0.95}));
-  EXPECT_EQ(host.lr, 1.0);
-  drive_fit(host, {cb}, params_for(3), series("val_loss", {1.0, 0.995, 0.999}));
-  EXPECT_DOUBLE_EQ(host.lr, 0.1);
-}
-
-TEST(ReduceLROnPlateau, FactorOfOneIsRefusedWithKerasMessage) {
-  ReduceLROnPlateauOptions o;
-  o.factor = 1.0;
-  try {
-    ReduceLROnPlateau cb(o);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "ReduceLROnPlateau does not support a factor >= 1.0. Got 1.0");
+TEST(ReduceLROnPlateau, ImprovementResetsTheWaitAndFactorOneIsRefused) {
+  {  // ImprovementResetsTheWait
+    FakeHost host;
+    host.lr = 1.0;
+    ReduceLROnPlateauOptions o;
+    o.patience = 2;
+    o.min_delta = 0.01;
+    auto cb = std::make_shared<ReduceLROnPlateau>(o);
+    // 0.995 is within min_delta of 1.0 (no improvement); 0.9 improves.
+    drive_fit(host, {cb}, params_for(4), series("val_loss", {1.0, 0.995, 0.9, 0.95}));
+    EXPECT_EQ(host.lr, 1.0);
+    drive_fit(host, {cb}, params_for(3), series("val_loss", {1.0, 0.995, 0.999}));
+    EXPECT_DOUBLE_EQ(host.lr, 0.1);
+  }
+  {  // FactorOfOneIsRefusedWithKerasMessage
+    ReduceLROnPlateauOptions o;
+    o.factor = 1.0;
+    try {
+      ReduceLROnPlateau cb(o);
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(), "ReduceLROnPlateau does not support a factor >= 1.0. Got 1.0");
+    }
   }
 }
 
@@ -356,37 +361,38 @@ TEST_F(CSVLoggerTest, WritesKerasFile) {
 }
 
 TEST_F(CSVLoggerTest, ValidationColumnsMissingValuesAndAppend) {
-  FakeHost host;
-  const std::string file = path("log.csv");
-  // Validation only in epoch 0 and 2 (validation_freq 2): NA in epoch 1.
-  auto logs = [](int e) {
-    Logs l{{"loss", 1.0 + e}};
-    if (e % 2 == 0) l.set("val_loss", 2.0 + e);
-    return EpochLogs{l, {}};
-  };
-  drive_fit(host, {std::make_shared<CSVLogger>(file, ";")}, params_for(3), logs);
-  const std::string first =
-      "epoch;loss;val_loss\r\n"
-      "0;1.0;2.0\r\n"
-      "1;2.0;NA\r\n"
-      "2;3.0;4.0\r\n";
-  EXPECT_EQ(read_file(file), first);
-  // append: the header is not repeated; the next fit's rows follow.
-  TrainParams p = params_for(4);
-  p.initial_epoch = 3;
-  drive_fit(host, {std::make_shared<CSVLogger>(file, ";", true)}, p, logs);
-  EXPECT_EQ(read_file(file), first + "3;4.0;NA\r\n");
-  // Without append the file starts over.
-  drive_fit(host, {std::make_shared<CSVLogger>(file, ";")}, params_for(1), logs);
-  EXPECT_EQ(read_file(file), "epoch;loss;val_loss\r\n0;1.0;2.0\r\n");
-}
-
-TEST_F(CSVLoggerTest, AppendToAMissingFileWritesTheHeader) {
-  FakeHost host;
-  const std::string file = path("new.csv");
-  drive_fit(host, {std::make_shared<CSVLogger>(file, ",", true)}, params_for(1),
-            series("val_loss", {0.125}));
-  EXPECT_EQ(read_file(file), "epoch,loss,val_loss\r\n0,1.0,0.125\r\n");
+  {  // ValidationColumnsMissingValuesAndAppend
+    FakeHost host;
+    const std::string file = path("log.csv");
+    // Validation only in epoch 0 and 2 (validation_freq 2): NA in epoch 1.
+    auto logs = [](int e) {
+      Logs l{{"loss", 1.0 + e}};
+      if (e % 2 == 0) l.set("val_loss", 2.0 + e);
+      return EpochLogs{l, {}};
+    };
+    drive_fit(host, {std::make_shared<CSVLogger>(file, ";")}, params_for(3), logs);
+    const std::string first =
+        "epoch;loss;val_loss\r\n"
+        "0;1.0;2.0\r\n"
+        "1;2.0;NA\r\n"
+        "2;3.0;4.0\r\n";
+    EXPECT_EQ(read_file(file), first);
+    // append: the header is not repeated; the next fit's rows follow.
+    TrainParams p = params_for(4);
+    p.initial_epoch = 3;
+    drive_fit(host, {std::make_shared<CSVLogger>(file, ";", true)}, p, logs);
+    EXPECT_EQ(read_file(file), first + "3;4.0;NA\r\n");
+    // Without append the file starts over.
+    drive_fit(host, {std::make_shared<CSVLogger>(file, ";")}, params_for(1), logs);
+    EXPECT_EQ(read_file(file), "epoch;loss;val_loss\r\n0;1.0;2.0\r\n");
+  }
+  {  // AppendToAMissingFileWritesTheHeader
+    FakeHost host;
+    const std::string file = path("new.csv");
+    drive_fit(host, {std::make_shared<CSVLogger>(file, ",", true)}, params_for(1),
+              series("val_loss", {0.125}));
+    EXPECT_EQ(read_file(file), "epoch,loss,val_loss\r\n0,1.0,0.125\r\n");
+  }
 }
 
 TEST_F(CSVLoggerTest, UnopenableFileNamesIt) {
@@ -467,39 +473,40 @@ TEST(LearningRateWarmup, RateFollowsHorovodFormulaWithMomentumCorrection) {
   EXPECT_EQ(host.lr_sets.size(), 2u * steps);
 }
 
-TEST(LearningRateWarmup, WithoutMomentumOrCorrectionTouchesOnlyTheRate) {
-  for (bool has_momentum : {false, true}) {
+TEST(LearningRateWarmup, WithoutMomentumOnlyTheRateAndUnknownStepsIsAnError) {
+  {  // WithoutMomentumOrCorrectionTouchesOnlyTheRate
+    for (bool has_momentum : {false, true}) {
+      FakeHost host;
+      host.replicas = 2;
+      if (has_momentum) host.momentum_value = 0.9;
+      LearningRateWarmupOptions o;
+      o.initial_lr = 1.0;
+      o.warmup_epochs = 1;
+      o.momentum_correction = !has_momentum;
+      o.steps_per_epoch = 4;  // wins over fit's steps
+      auto warmup = std::make_shared<LearningRateWarmup>(o);
+      std::vector<double> lrs;
+      drive_fit(host, {warmup}, params_for(1, 2), series("val_loss", {1}),
+                [&](int, int) { lrs.push_back(host.lr); });
+      EXPECT_EQ(lrs, (std::vector<double>{0.5 * (0.25 + 1), 0.5 * (0.5 + 1)}));
+      EXPECT_TRUE(host.momentum_sets.empty());
+    }
+  }
+  {  // UnknownStepsIsAnError
     FakeHost host;
-    host.replicas = 2;
-    if (has_momentum) host.momentum_value = 0.9;
     LearningRateWarmupOptions o;
     o.initial_lr = 1.0;
-    o.warmup_epochs = 1;
-    o.momentum_correction = !has_momentum;
-    o.steps_per_epoch = 4;  // wins over fit's steps
     auto warmup = std::make_shared<LearningRateWarmup>(o);
-    std::vector<double> lrs;
-    drive_fit(host, {warmup}, params_for(1, 2), series("val_loss", {1}),
-              [&](int, int) { lrs.push_back(host.lr); });
-    EXPECT_EQ(lrs, (std::vector<double>{0.5 * (0.25 + 1), 0.5 * (0.5 + 1)}));
-    EXPECT_TRUE(host.momentum_sets.empty());
+    try {
+      drive_fit(host, {warmup}, params_for(1, -1), series("val_loss", {1}));
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(),
+                   "LearningRateWarmup: the number of steps per epoch is unknown (fit's steps is "
+                   "-1); pass steps_per_epoch to LearningRateWarmupOptions or fit");
+    }
+    EXPECT_THROW(LearningRateWarmup(LearningRateWarmupOptions{}), Error);  // no initial_lr
   }
-}
-
-TEST(LearningRateWarmup, UnknownStepsIsAnError) {
-  FakeHost host;
-  LearningRateWarmupOptions o;
-  o.initial_lr = 1.0;
-  auto warmup = std::make_shared<LearningRateWarmup>(o);
-  try {
-    drive_fit(host, {warmup}, params_for(1, -1), series("val_loss", {1}));
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "LearningRateWarmup: the number of steps per epoch is unknown (fit's steps is "
-                 "-1); pass steps_per_epoch to LearningRateWarmupOptions or fit");
-  }
-  EXPECT_THROW(LearningRateWarmup(LearningRateWarmupOptions{}), Error);  // no initial_lr
 }
 
 // --- BroadcastGlobalVariables, MetricAverage ----------------------------------------------

@@ -100,24 +100,36 @@ TEST_F(CheckpointCallbacks, SaveBestOnlyWritesImprovementsWithKerasMessages) {
   EXPECT_EQ(mc->last_path(), p3);
 }
 
-TEST_F(CheckpointCallbacks, EveryEpochWithTemplatesAndParentDirectories) {
-  FakeHost host;
-  ModelCheckpointOptions o;
-  o.filepath = path("run/a/b/w.{epoch:03d}.{loss:.3f}-{val_accuracy}.ckpt");
-  o.verbose = 1;
-  auto mc = std::make_shared<ModelCheckpoint>(o);
-  ::testing::internal::CaptureStdout();
-  drive_fit(host, {mc}, params_for(2), series("val_accuracy", {0.5, 0.75}),
-            weights_follow_epoch(host));
-  const std::string p2 = path("run/a/b/w.002.2.000-0.75.ckpt");
-  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "\nEpoch 1: saving model to " +
-                                                          path("run/a/b/w.001.1.000-0.5.ckpt") +
-                                                          "\n"
-                                                          "\nEpoch 2: saving model to " +
-                                                          p2 + "\n");
-  EXPECT_EQ(files(dir_), (std::set<std::string>{"run/a/b/w.001.1.000-0.5.ckpt",
-                                                "run/a/b/w.002.2.000-0.75.ckpt"}));
-  EXPECT_EQ(stored_weight(p2, false), 1.0f);  // a whole-state save (weights_only false)
+TEST_F(CheckpointCallbacks, EveryEpochWithTemplatesAndParentDirsOrEveryNBatches) {
+  {  // EveryEpochWithTemplatesAndParentDirectories
+    FakeHost host;
+    ModelCheckpointOptions o;
+    o.filepath = path("run/a/b/w.{epoch:03d}.{loss:.3f}-{val_accuracy}.ckpt");
+    o.verbose = 1;
+    auto mc = std::make_shared<ModelCheckpoint>(o);
+    ::testing::internal::CaptureStdout();
+    drive_fit(host, {mc}, params_for(2), series("val_accuracy", {0.5, 0.75}),
+              weights_follow_epoch(host));
+    const std::string p2 = path("run/a/b/w.002.2.000-0.75.ckpt");
+    EXPECT_EQ(::testing::internal::GetCapturedStdout(), "\nEpoch 1: saving model to " +
+                                                            path("run/a/b/w.001.1.000-0.5.ckpt") +
+                                                            "\n"
+                                                            "\nEpoch 2: saving model to " +
+                                                            p2 + "\n");
+    EXPECT_EQ(files(dir_), (std::set<std::string>{"run/a/b/w.001.1.000-0.5.ckpt",
+                                                  "run/a/b/w.002.2.000-0.75.ckpt"}));
+    EXPECT_EQ(stored_weight(p2, false), 1.0f);  // a whole-state save (weights_only false)
+  }
+  {  // SaveFreqInBatches
+    FakeHost host;
+    ModelCheckpointOptions o;
+    o.filepath = path("batches/b-{epoch}-{batch}.pt");
+    o.save_freq = 2;
+    auto mc = std::make_shared<ModelCheckpoint>(o);
+    // 3 batches per epoch, a save every 2 batches: after global batches 2, 4, 6.
+    drive_fit(host, {mc}, params_for(2, 3), series("val_loss", {1, 1}));
+    EXPECT_EQ(files(dir_ / "batches"), (std::set<std::string>{"b-1-2.pt", "b-2-1.pt", "b-2-3.pt"}));
+  }
 }
 
 TEST_F(CheckpointCallbacks, AutoModeMaximisesAccuracyAndThresholdIsTheFirstBest) {
@@ -139,47 +151,37 @@ TEST_F(CheckpointCallbacks, AutoModeMaximisesAccuracyAndThresholdIsTheFirstBest)
       << out;
 }
 
-TEST_F(CheckpointCallbacks, SaveFreqInBatches) {
-  FakeHost host;
-  ModelCheckpointOptions o;
-  o.filepath = path("b-{epoch}-{batch}.pt");
-  o.save_freq = 2;
-  auto mc = std::make_shared<ModelCheckpoint>(o);
-  // 3 batches per epoch, a save every 2 batches: after global batches 2, 4, 6.
-  drive_fit(host, {mc}, params_for(2, 3), series("val_loss", {1, 1}));
-  EXPECT_EQ(files(dir_), (std::set<std::string>{"b-1-2.pt", "b-2-1.pt", "b-2-3.pt"}));
-}
-
-TEST_F(CheckpointCallbacks, MissingMonitorSkipsWithKerasWarning) {
-  FakeHost host;
-  ModelCheckpointOptions o;
-  o.filepath = path("w.pt");
-  o.save_best_only = true;
-  auto mc = std::make_shared<ModelCheckpoint>(o);
-  ::testing::internal::CaptureStderr();
-  drive_fit(host, {mc}, params_for(1), series("accuracy", {1}));
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("Can save best model only with val_loss available, skipping."),
-            std::string::npos)
-      << err;
-  EXPECT_TRUE(files(dir_).empty());
-}
-
-TEST_F(CheckpointCallbacks, UnknownTemplateFieldIsAnError) {
-  FakeHost host;
-  ModelCheckpointOptions o;
-  o.filepath = path("w-{val_los:.2f}.pt");
-  auto mc = std::make_shared<ModelCheckpoint>(o);
-  try {
-    drive_fit(host, {mc}, params_for(1), series("val_loss", {1}));
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no value named \"val_los\" (known now: epoch, loss, "
-                                         "val_loss)"),
+TEST_F(CheckpointCallbacks, MissingMonitorSkipsAndUnknownTemplateFieldIsAnError) {
+  {  // MissingMonitorSkipsWithKerasWarning
+    FakeHost host;
+    ModelCheckpointOptions o;
+    o.filepath = path("w.pt");
+    o.save_best_only = true;
+    auto mc = std::make_shared<ModelCheckpoint>(o);
+    ::testing::internal::CaptureStderr();
+    drive_fit(host, {mc}, params_for(1), series("accuracy", {1}));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("Can save best model only with val_loss available, skipping."),
               std::string::npos)
-        << e.what();
+        << err;
+    EXPECT_TRUE(files(dir_).empty());
   }
-  EXPECT_THROW(ModelCheckpoint(ModelCheckpointOptions{}), Error);  // no filepath
+  {  // UnknownTemplateFieldIsAnError
+    FakeHost host;
+    ModelCheckpointOptions o;
+    o.filepath = path("w-{val_los:.2f}.pt");
+    auto mc = std::make_shared<ModelCheckpoint>(o);
+    try {
+      drive_fit(host, {mc}, params_for(1), series("val_loss", {1}));
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no value named \"val_los\" (known now: epoch, loss, "
+                                           "val_loss)"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(ModelCheckpoint(ModelCheckpointOptions{}), Error);  // no filepath
+  }
 }
 
 // --- BackupAndRestore ---------------------------------------------------------------------
@@ -298,8 +300,8 @@ TEST_F(CheckpointCallbacks, TheChiefDecidesWhetherThereIsABackup) {
 }
 
 // Backs up 1 MiB of weights every epoch, forever; a thread of the same process sends it
-// SIGKILL `delay_ms` after the first backup exists, most likely inside a later save
-// (writing the temporary file, syncing or renaming it).
+// SIGKILL `delay_ms` after the first backup exists: somewhere in a later save (measured:
+// in about one run of five with the temporary file half-written).
 [[noreturn]] void back_up_until_killed(const std::string& dir, int delay_ms) {
   std::thread([dir, delay_ms] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -355,10 +357,14 @@ TEST_P(BackupKill, PreviousBackupSurvivesKill9DuringSave) {
   // Every element is the value of the epoch the backup says it holds.
   EXPECT_TRUE(host.weights[0].second.eq(static_cast<float>(restored - 1)).all().item<bool>())
       << "restored epoch " << restored;
+  // The end of a successful fit removes the backup, a half-written temporary file and
+  // the directory.
+  br->on_train_end(logs);
+  EXPECT_FALSE(fs::exists(dir));
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(DelaysAfterFirstBackupMs, BackupKill, ::testing::Values(0, 7, 23));
+INSTANTIATE_TEST_SUITE_P(DelaysAfterFirstBackupMs, BackupKill, ::testing::Values(0, 15));
 
 }  // namespace
 }  // namespace kolo::train
