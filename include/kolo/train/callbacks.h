@@ -2,8 +2,12 @@
 // <kolo/train.h>. The progress bar is in progbar.h, TensorBoard in summary.h.
 //
 // "monitor" names a log entry ("val_loss", "accuracy", ...); mode "auto" picks max for
-// names with "acc"/"auc" (as each Keras callback does) and min otherwise. A monitored
-// value missing from the logs is a warning on the chief (Keras's), not an error.
+// names that contain "acc" or "auc" or start with "fmeasure", and min otherwise (one rule
+// for every callback; docs/callbacks.md says where Keras's per-callback rules differ). A
+// monitored value missing from the logs is a warning on the chief (Keras's), not an error.
+// Options are checked at construction: a bad one (an unknown mode, factor >= 1, an empty
+// filepath, ...) throws kolo::Error (kInvalidArgument). Messages are Keras's and
+// Horovod's, on stdout, on the chief only.
 //
 // Not for: the hooks themselves (callback.h).
 #pragma once
