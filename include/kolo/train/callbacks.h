@@ -2,14 +2,21 @@
 // <kolo/train.h>. The progress bar is in progbar.h, TensorBoard in summary.h.
 //
 // "monitor" names a log entry ("val_loss", "accuracy", ...); mode "auto" picks max for
-// names with "acc"/"auc" (as each Keras callback does) and min otherwise. A monitored
-// value missing from the logs is a warning on the chief (Keras's), not an error.
+// names that contain "acc" or "auc" or start with "fmeasure", and min otherwise (one rule
+// for every callback; docs/callbacks.md says where Keras's per-callback rules differ). A
+// monitored value missing from the logs is a warning on the chief (Keras's), not an error.
+// Options are checked at construction: a bad one (an unknown mode, factor >= 1, an empty
+// filepath, ...) throws kolo::Error (kInvalidArgument). Messages are Keras's and
+// Horovod's, on stdout, on the chief only.
 //
 // Not for: the hooks themselves (callback.h).
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,12 +58,13 @@ class ModelCheckpoint : public Callback {
   const std::string& last_path() const { return last_path_; }
 
  private:
-  void save(int epoch, const Logs& logs);
+  // batch: -1 at an epoch end.
+  void save(int epoch, int batch, const Logs& logs);
   ModelCheckpointOptions o_;
   bool greater_ = false;
-  std::optional<double> best_;
+  double best_ = 0;  // initial_value_threshold, else +-inf; kept across fits, as Keras
   int epoch_ = 0;
-  std::int64_t batches_ = 0;
+  std::int64_t batches_ = 0;  // since the last save
   std::string last_path_;
 };
 
@@ -80,12 +88,13 @@ class EarlyStopping : public Callback {
   int best_epoch() const { return best_epoch_; }
 
  private:
+  bool is_improvement(double value, double reference) const;
   EarlyStoppingOptions o_;
   bool greater_ = false;
   int wait_ = 0;
   int stopped_epoch_ = 0;
   int best_epoch_ = 0;
-  std::optional<double> best_;
+  double best_ = 0;  // +-inf at train begin
   std::vector<std::pair<std::string, torch::Tensor>> best_weights_;
 };
 
@@ -121,7 +130,7 @@ class ReduceLROnPlateau : public Callback {
  private:
   ReduceLROnPlateauOptions o_;
   bool greater_ = false;
-  std::optional<double> best_;
+  double best_ = 0;  // +-inf at train begin
   int wait_ = 0;
   int cooldown_counter_ = 0;
 };
@@ -136,10 +145,14 @@ class CSVLogger : public Callback {
   void on_train_end(Logs& logs) override;
 
  private:
+  struct FileCloser {
+    void operator()(std::FILE* file) const;
+  };
   std::string filename_, separator_;
   bool append_;
-  std::vector<std::string> keys_;
-  std::FILE* file_ = nullptr;
+  bool header_written_ = false;
+  std::vector<std::string> keys_;                // fixed by the first epoch's logs, as Keras
+  std::unique_ptr<std::FILE, FileCloser> file_;  // open on the chief during fit
 };
 
 // Stops training at the first batch whose loss is NaN or infinite.
@@ -167,9 +180,11 @@ class BackupAndRestore : public Callback {
   int restored_epoch() const { return restored_epoch_; }
 
  private:
+  std::string backup_path() const;    // <backup_dir>/backup.ckpt
+  void backup(int epoch, int batch);  // batch -1: at the epoch's end
   BackupAndRestoreOptions o_;
   int epoch_ = 0;
-  std::int64_t batches_ = 0;
+  std::int64_t batches_ = 0;  // since the last batch-level backup
   int restored_epoch_ = -1;
 };
 
@@ -198,6 +213,7 @@ class LearningRateWarmup : public Callback {
  private:
   LearningRateWarmupOptions o_;
   int epoch_ = 0;
+  std::int64_t steps_ = 0;  // per epoch: steps_per_epoch or fit's steps
   std::optional<double> restore_momentum_;
 };
 
