@@ -101,6 +101,7 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
       static_cast<std::size_t>(L),
       std::vector<double>(static_cast<std::size_t>(m.state_size), 0.0));
   m.optimizer->zero_grad();
+  std::vector<torch::Tensor> losses(static_cast<std::size_t>(L));
   m.strategy.for_each_replica([&](int r) {
     auto& module = *m.replicas[static_cast<std::size_t>(r)];
     const torch::Device dev = m.strategy.devices()[static_cast<std::size_t>(r)];
@@ -112,7 +113,7 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
     torch::Tensor x = rows(data.x(), idx, dev), y = rows(data.y(), idx, dev);
     torch::Tensor out = m.forward(module, x);
     torch::Tensor per = m.loss->per_example(out, y);
-    torch::Tensor loss =
+    losses[static_cast<std::size_t>(r)] =
         per.sum() * (1.0 / static_cast<double>(std::max<std::int64_t>(b, 1)) / replicas);
     auto& st = states[static_cast<std::size_t>(r)];
     st[0] = per.detach().sum().item<double>();
@@ -121,8 +122,21 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
     for (std::size_t i = 0; i < m.metrics.size(); ++i) {
       m.metrics[i]->accumulate(pred, y, &st[static_cast<std::size_t>(m.metric_offsets[i])]);
     }
-    loss.backward();
   });
+  std::vector<double> state(static_cast<std::size_t>(m.state_size), 0.0);
+  for (const auto& st : states) {
+    for (std::size_t i = 0; i < state.size(); ++i) state[i] += st[i];
+  }
+  // The metrics' allreduce goes out before backward: it is negotiated and run while the
+  // replicas compute their gradients, instead of costing a cycle of its own after them.
+  std::optional<TorchHandle> metrics_handle;
+  torch::Tensor state_tensor;
+  if (m.workers() > 1 && !m.strategy.horovod()) {
+    state_tensor = torch::tensor(state, torch::kFloat64);
+    metrics_handle = kolo::allreduce_async(state_tensor,
+                                           {.name = "train.metrics", .op = ReduceOp::kSum});
+  }
+  m.strategy.for_each_replica([&](int r) { losses[static_cast<std::size_t>(r)].backward(); });
 
   if (L > 1) {
     // Each replica thread sums its share of the parameters into replica 0's gradients.
@@ -146,18 +160,6 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
     });
   }
 
-  std::vector<double> state(static_cast<std::size_t>(m.state_size), 0.0);
-  for (const auto& st : states) {
-    for (std::size_t i = 0; i < state.size(); ++i) state[i] += st[i];
-  }
-  // Submitted before waiting for the gradients, so that it shares their negotiation.
-  std::optional<TorchHandle> metrics_handle;
-  torch::Tensor state_tensor;
-  if (m.workers() > 1 && !m.strategy.horovod()) {
-    state_tensor = torch::tensor(state, torch::kFloat64);
-    metrics_handle =
-        kolo::allreduce_async(state_tensor, {.name = m.op_name("metrics"), .op = ReduceOp::kSum});
-  }
   if (m.workers() > 1 && L > 1) {
     std::vector<TorchHandle> handles;
     for (std::size_t i = 0; i < m.params[0].size(); ++i) {
@@ -438,7 +440,7 @@ torch::Tensor Model::predict(const Dataset& data, PredictOptions o) {
           m.forward(*m.replicas[static_cast<std::size_t>(r)], x).to(torch::kCPU);
     });
     torch::Tensor step = torch::cat(mine);
-    if (m.workers() > 1) step = kolo::allgather(step.contiguous(), {.name = m.op_name("predict")});
+    if (m.workers() > 1) step = kolo::allgather(step.contiguous(), {.name = "train.predict"});
     outputs.push_back(step);
     Logs logs;
     callbacks.each([&](Callback& c) { c.on_predict_batch_end(static_cast<int>(s), logs); });

@@ -126,7 +126,7 @@ void Model::Impl::resolve_metrics(const torch::Tensor& x, const torch::Tensor& y
 std::vector<double> Model::Impl::sum_over_workers(const std::vector<double>& state) {
   if (workers() == 1) return state;
   torch::Tensor t = torch::tensor(state, torch::kFloat64);
-  t = kolo::allreduce(t, {.name = op_name("metrics"), .op = ReduceOp::kSum});
+  t = kolo::allreduce(t, {.name = "train.eval_metrics", .op = ReduceOp::kSum});
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 

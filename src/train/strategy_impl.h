@@ -52,7 +52,6 @@ struct Strategy::Impl {
   bool horovod = false;
   CommunicationOptions options;
   std::unique_ptr<ReplicaPool> pool;
-  std::uint64_t reduces = 0;  // names the collectives of Strategy::reduce
 };
 
 }  // namespace kolo::train
