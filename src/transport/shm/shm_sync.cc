@@ -100,11 +100,26 @@ Status Barrier::check(const char* op) const {
   return PeerFailure(where(op) + "the transport failed earlier: " + broken_);
 }
 
+std::uint64_t Barrier::epoch_of(int r) const {
+  return at(seg_->slot(r).epoch).load(std::memory_order_seq_cst);
+}
+
 bool Barrier::all_arrived(std::uint64_t epoch) const {
   for (int r = 0; r < size_; ++r) {
-    if (at(seg_->slot(r).epoch).load(std::memory_order_seq_cst) < epoch) return false;
+    if (epoch_of(r) < epoch) return false;
   }
   return true;
+}
+
+std::string Barrier::epochs_text(const std::vector<int>& ranks, std::uint64_t awaited) const {
+  std::string last;
+  for (int r : ranks) {
+    if (!last.empty()) last += ", ";
+    last += std::to_string(epoch_of(r));
+  }
+  return std::string(ranks.size() == 1 ? " (it last arrived at barrier "
+                                       : " (they last arrived at barriers ") +
+         last + "; this rank waits at barrier " + std::to_string(awaited) + ")";
 }
 
 Status Barrier::fail(const char* op, std::string message) {
@@ -172,9 +187,16 @@ Status Barrier::sync(const char* op, Deadline deadline) {
       std::vector<int> dead;
       std::string pids;
       for (int r = 0; r < size_; ++r) {
-        if (at(seg_->slot(r).epoch).load(std::memory_order_seq_cst) >= e) continue;
+        if (epoch_of(r) >= e) continue;
+        if (before_liveness_) before_liveness_(r);
+        const bool left = gone(r);
+        // Read again after the liveness: r may have arrived since the read above, finished
+        // this collective (every rank had arrived) and left, its last call (shutdown). A
+        // rank stores its epoch before it drops its lock or exits, so a rank seen gone
+        // here with an older epoch did leave without taking part.
+        if (epoch_of(r) >= e) continue;
         missing_.push_back(r);
-        if (gone(r)) {
+        if (left) {
           dead.push_back(r);
           if (!pids.empty()) pids += ", ";
           pids += std::to_string(at(seg_->slot(r).pid).load(std::memory_order_relaxed));
@@ -187,7 +209,7 @@ Status Barrier::sync(const char* op, Deadline deadline) {
       if (!dead.empty()) {
         return fail(op, where(op) + ranks_string(named(dead)) + " did not take part: " +
                             (dead.size() == 1 ? "its process (pid " : "their processes (pids ") +
-                            pids + ") exited");
+                            pids + ") exited" + epochs_text(dead, e));
       }
       if (observed && now >= next_report && now < deadline) {
         next_report = now + std::chrono::seconds(1);
@@ -196,7 +218,7 @@ Status Barrier::sync(const char* op, Deadline deadline) {
       if (now >= deadline) {
         return fail(op, where(op) + ranks_string(named(missing_)) + " did not take part within " +
                             seconds_string(now - start) +
-                            " (hung, or not calling this collective?)");
+                            " (hung, or not calling this collective?)" + epochs_text(missing_, e));
       }
     }
     futex_wait(&w.word, seen, std::min<Clock::duration>(kNap, deadline - now));

@@ -11,9 +11,12 @@
 //
 // Failure: while waiting, the liveness of the missing ranks is checked every 20 ms (a free
 // liveness lock, see shm_segment.h, or a pid that no longer exists = the process exited:
-// fail at once), and the deadline bounds the wait. The first rank that fails writes its
-// message into the segment's Abort area and wakes everyone, so the other ranks fail at
-// once too, quoting it. After a failure the barrier stays broken.
+// fail at once), and the deadline bounds the wait. A missing rank's epoch is read again
+// after its liveness: between the two it may have arrived, finished the collective with
+// the others and left (its last call, at shutdown), and then it did take part. Failure
+// messages give the missing ranks' last epochs beside the awaited one. The first rank that
+// fails writes its message into the segment's Abort area and wakes everyone, so the other
+// ranks fail at once too, quoting it. After a failure the barrier stays broken.
 //
 // Not for: data movement (shm_communicator.cc). One thread per rank uses a Barrier.
 #pragma once
@@ -56,11 +59,19 @@ class Barrier {
   void set_wait_observer(std::function<void(Clock::duration, const std::vector<int>&)> o) {
     observer_ = std::move(o);
   }
+  // For tests: called on this rank's thread with each rank that has not arrived, just
+  // before its liveness is checked (a test lets that rank arrive and leave meanwhile).
+  void set_before_liveness_check(std::function<void(int rank)> hook) {
+    before_liveness_ = std::move(hook);
+  }
   bool broken() const { return !broken_.empty(); }
   std::uint64_t epoch() const { return epoch_; }
 
  private:
   bool all_arrived(std::uint64_t epoch) const;
+  std::uint64_t epoch_of(int r) const;
+  // " (it last arrived at barrier 4; this rank waits at barrier 5)" for the ranks `ranks`.
+  std::string epochs_text(const std::vector<int>& ranks, std::uint64_t awaited) const;
   // Rank r's process is gone: its liveness lock is free, or its pid no longer exists.
   bool gone(int r) const;
   Status fail(const char* op, std::string message);
@@ -82,6 +93,7 @@ class Barrier {
   std::vector<int> names_;
   std::function<bool(std::string* why)> interrupt_;
   std::function<void(Clock::duration, const std::vector<int>&)> observer_;
+  std::function<void(int)> before_liveness_;
   std::vector<int> missing_;  // scratch
 };
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -379,6 +380,9 @@ TEST(ShmFailureTest, MissingRankIsNamedAtTheDeadlineAndTheCommunicatorStaysBroke
     // The first rank to give up names rank 2; the other may quote its report instead.
     EXPECT_NE(s.message().find("rank 2 did not take part within"), std::string::npos)
         << s.message();
+    EXPECT_NE(s.message().find("(it last arrived at barrier 1; this rank waits at barrier 2)"),
+              std::string::npos)
+        << s.message();
     EXPECT_LT(took, 1.0);
     const auto again = Clock::now();
     std::vector<std::uint64_t> w = {1};
@@ -402,8 +406,42 @@ TEST(ShmFailureTest, ARankThatGoesAwayIsNamedWithinMilliseconds) {
     EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
     EXPECT_NE(s.message().find("rank 1 did not take part: its process (pid"), std::string::npos)
         << s.message();
+    EXPECT_NE(s.message().find("(it last arrived at barrier 1; this rank waits at barrier 2)"),
+              std::string::npos)
+        << s.message();
     EXPECT_LT(duration<double>(Clock::now() - start).count(), 1.0);
   });
+}
+
+// A rank that arrives, finishes the collective with the others and closes its segment (its
+// last call, as at kolo::shutdown()) between a waiting rank's look at its epoch and that
+// rank's liveness check took part: it must not be reported dead. A 4-rank mpirun job once
+// failed this way after every rank had passed its checks ("shm control_and on rank 3 of 4:
+// rank 0 did not take part: its process ... exited").
+TEST(ShmFailureTest, ARankThatArrivesAndLeavesWhileItsLivenessIsCheckedTookPart) {
+  shm::Segment mine, theirs;  // rank 0's and rank 1's mappings of one segment
+  ASSERT_TRUE(shm::Segment::create(2, shm::kMinRegion, &mine).ok());
+  const Status opened = shm::Segment::open(mine.name(), 2, &theirs);
+  shm::Segment::unlink(mine.name());
+  ASSERT_TRUE(opened.ok()) << opened.to_string();
+  ASSERT_TRUE(mine.join(0).ok());
+  ASSERT_TRUE(theirs.join(1).ok());
+  shm::Barrier waiter(&mine, 0, 2);
+  auto leaver = std::make_unique<shm::Barrier>(&theirs, 1, 2);
+  int checks = 0;
+  waiter.set_before_liveness_check([&](int r) {
+    EXPECT_EQ(r, 1);
+    if (checks++ > 0) return;
+    // Rank 0 has arrived, so rank 1 passes at once; then it leaves, lock and all.
+    const Status s = leaver->sync("control_and", in(5));
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    leaver.reset();
+    theirs = shm::Segment();
+    EXPECT_FALSE(mine.alive(1));
+  });
+  const Status s = waiter.sync("control_and", in(5));
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(checks, 1) << "rank 0 should have waited for rank 1 and checked it once";
 }
 
 TEST(ShmFailureTest, OneRanksFailureReachesTheOthersAtOnce) {
