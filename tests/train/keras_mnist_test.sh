@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# keras_mnist, the second founding program, on the real Fashion-MNIST in each way the
+# README gives (issue 14): 5 epochs reach at least 0.85 test accuracy as one process,
+# mirrored on 2 CPU replicas in one process, and on 2 workers under kolorun and under
+# TF_CONFIG (which train like kolorun's job); the progress bar shows on the chief only;
+# BackupAndRestore: a worker killed (-9) during epoch 3 of 5, the job relaunched, resumes
+# at epoch 3 and ends within 1% test accuracy of an uninterrupted run.
+# Usage: keras_mnist_test.sh one|mirrored|multiworker|backup KOLORUN KERAS_MNIST
+set -uo pipefail
+mode=$1 kolorun=$2 program=$3
+work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2> /dev/null; rm -rf "$work"' EXIT
+export KOLO_PEER_TIMEOUT_SECONDS=60
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+at_least() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
+within() { python3 -c 'import sys; a,b,d=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= d else 1)' "$1" "$2" "$3"; }
+check_accuracy() {  # JSON WHAT
+  local acc
+  acc=$(field "$1" test_accuracy) || { fail "$2: no summary"; return; }
+  at_least "$acc" 0.85 && echo "$2: test accuracy $acc" || fail "$2: test accuracy $acc < 0.85"
+}
+
+case $mode in
+one)
+  timeout 300 "$program" --verbose 2 --summary-json "$work/one.json" > "$work/one.log" 2>&1 ||
+    { cat "$work/one.log"; fail "one process"; }
+  check_accuracy "$work/one.json" "one process, one replica"
+  ;;
+mirrored)
+  timeout 300 "$program" --strategy mirrored --devices cpu:0,cpu:1 --verbose 2 \
+    --summary-json "$work/m.json" > "$work/m.log" 2>&1 || { cat "$work/m.log"; fail "mirrored"; }
+  [ "$(field "$work/m.json" replicas)" = 2 ] || fail "mirrored: not 2 replicas"
+  check_accuracy "$work/m.json" "mirrored, 2 CPU replicas"
+  ;;
+multiworker)
+  # verbose 1: the bar, which only the chief may show.
+  timeout 300 "$kolorun" -np 2 "$program" --strategy multiworker --verbose 1 \
+    --summary-json "$work/k.json" > "$work/k.log" 2>&1 || { cat "$work/k.log"; fail "kolorun -np 2"; }
+  check_accuracy "$work/k.json" "kolorun -np 2, multiworker"
+  [ "$(field "$work/k.json" workers)" = 2 ] || fail "kolorun: not 2 workers"
+  grep -q '^\[0\] 1875/1875 \[==============================\] - ' "$work/k.log" ||
+    { tail -5 "$work/k.log"; fail "kolorun: no final progress bar line from the chief"; }
+  if grep -E '^\[1\] .*(Epoch|\[=)' "$work/k.log"; then fail "worker 1 printed a progress bar"; fi
+  # The same job from TF_CONFIG, two processes started independently.
+  cluster="{\"worker\":[\"127.0.0.1:$(free_port)\",\"127.0.0.1:$(free_port)\"]}"
+  for i in 0 1; do
+    TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":$i}}" OMP_NUM_THREADS=1 \
+      timeout 300 "$program" --strategy multiworker --verbose 0 --summary-json "$work/tf.json" \
+      > "$work/tf.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { cat "$work"/tf.*.log; fail "TF_CONFIG worker"; }; done
+  pids=()
+  check_accuracy "$work/tf.json" "TF_CONFIG, 2 workers"
+  within "$(field "$work/tf.json" train_loss)" "$(field "$work/k.json" train_loss)" 1e-4 ||
+    fail "TF_CONFIG trained differently from kolorun: loss $(field "$work/tf.json" train_loss) vs $(field "$work/k.json" train_loss)"
+  ;;
+backup)
+  # Fewer steps per epoch (600 of 1875) keep this short; both runs use the same.
+  args=(--strategy multiworker --steps-per-epoch 600 --verbose 2)
+  timeout 300 "$kolorun" -np 2 "$program" "${args[@]}" --summary-json "$work/whole.json" \
+    > "$work/whole.log" 2>&1 || { cat "$work/whole.log"; fail "uninterrupted run"; }
+  timeout 300 "$kolorun" -np 2 "$program" "${args[@]}" --backup-dir "$work/backup" \
+    --summary-json "$work/cut.json" > "$work/cut.log" 2>&1 &
+  job=$!
+  pids+=($job)
+  # Epoch 3 has begun (its header comes after epoch 2's backup was written): kill -9
+  # worker 1 a moment into it.
+  for _ in $(seq 600); do grep -q '^\[0\] Epoch 3/5' "$work/cut.log" && break; sleep 0.1; done
+  sleep 0.5
+  victim=""
+  for p in $(pgrep -f "keras_mnist.*--backup-dir $work/backup"); do
+    if tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx 'KOLO_RANK=1'; then victim=$p; fi
+  done
+  [ -n "$victim" ] || { cat "$work/cut.log"; fail "no worker 1 to kill"; }
+  grep -q 'Epoch 4/5' "$work/cut.log" && fail "epoch 4 began before the kill (machine too slow?)"
+  kill -9 "$victim"
+  wait "$job" && fail "the job went on after worker 1 was killed"
+  pids=()
+  [ -f "$work/backup/backup.ckpt" ] || { ls -la "$work/backup"; fail "no backup after the kill"; }
+  timeout 300 "$kolorun" -np 2 "$program" "${args[@]}" --backup-dir "$work/backup" \
+    --summary-json "$work/cut.json" > "$work/resumed.log" 2>&1 ||
+    { cat "$work/resumed.log"; fail "relaunched run"; }
+  [ "$(field "$work/cut.json" first_epoch)" = 2 ] ||
+    fail "the relaunched job began at epoch index $(field "$work/cut.json" first_epoch), not 2 (epoch 3)"
+  grep -q '^\[0\] Epoch 3/5' "$work/resumed.log" || fail "no 'Epoch 3/5' after the relaunch"
+  grep -q '^\[0\] Epoch [12]/5' "$work/resumed.log" && fail "the relaunch ran epoch 1 or 2 again"
+  a=$(field "$work/cut.json" test_accuracy) b=$(field "$work/whole.json" test_accuracy)
+  within "$a" "$b" 0.01 && echo "resumed: accuracy $a, uninterrupted $b" ||
+    fail "resumed accuracy $a is not within 0.01 of the uninterrupted $b"
+  [ -e "$work/backup/backup.ckpt" ] && fail "the backup was not removed at the end"
+  ;;
+*) fail "unknown mode $mode" ;;
+esac
+[ $status = 0 ] && echo PASS
+exit $status
