@@ -8,14 +8,20 @@
 # (OpenMPI and hwloc leak at exit). TSan: libtorch is not instrumented, so
 # scripts/tsan.supp ignores what libtorch itself does (see there); kolo's threads are
 # still checked against each other.
+# kolo_train (src/train) is left out by default: compiling it under both sanitizers and
+# running its libtorch-heavy tests would take CI past its time. --train builds and runs it
+# too (its unit tests, and the multi-worker equivalence through kolorun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+train=OFF
+[ "${1:-}" = "--train" ] && train=ON
 scripts/setup.sh
 export KOLO_TEST_QUICK=1
 # -O1 -g1 (line tables, enough for the sanitizers' stack traces) compiles in about half
 # the time of RelWithDebInfo's -O2 -g (61 s -> 32 s for a libtorch file under ASan), which
 # keeps CI's whole run under its 45 minutes.
 lean=(-DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CHECKS=OFF
+      -DKOLO_BUILD_TRAIN=$train
       -UCMAKE_DISABLE_FIND_PACKAGE_Torch
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=address "${lean[@]}"
@@ -24,6 +30,9 @@ BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=
   ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$(nproc)" -L unit --timeout 900
   ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^torch\.worker_np1$' --timeout 900
   ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -R '^torch\.kolorun_np' --timeout 900
+  if [ $train = ON ]; then
+    ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900
+  fi
 )
 BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=thread "${lean[@]}"
 (
@@ -31,4 +40,5 @@ BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=
   export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../scripts/tsan.supp"
   ctest --output-on-failure -j"$(nproc)" -L unit --timeout 900
   ctest --output-on-failure -R '^torch\.(worker_np1|kolorun_np)' --timeout 900
+  if [ $train = ON ]; then ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900; fi
 )
