@@ -3,10 +3,15 @@
 // MirroredStrategy with N CPU replicas takes the same steps as one replica.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <tuple>
 
 #include "kolo/error.h"
 #include "kolo/train.h"
+#include "train/testing/event_reader.h"
 #include "train/testing/tiny_problem.h"
 
 namespace kolo::train {
@@ -270,6 +275,44 @@ TEST(Fit, CallbacksSeeKerasHookOrderAndStopTraining) {
   EXPECT_EQ(rec->events, want);
   EXPECT_EQ(h.epochs, std::vector<int>{0});
   EXPECT_EQ(model.iterations(), 2);
+}
+
+// A fit with the TensorBoard callback writes event files that an independent reader
+// (framing, both CRCs, its own protobuf decoding) reads back with History's values.
+TEST(Fit, TensorBoardLogsOfAFitRunHoldHistorysValues) {
+  const std::string dir = ::testing::TempDir() + "kolo_fit_tb_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const auto p = testing::tiny_problem();
+  Model model(testing::tiny_net(), MirroredStrategy({"cpu:0", "cpu:1"}));
+  model.compile(Adam{}, std::make_shared<SparseCategoricalCrossentropy>(true), {"accuracy"});
+  auto tb = std::make_shared<TensorBoard>(TensorBoardOptions{.log_dir = dir, .update_freq = 2});
+  History h = model.fit(p.x, p.y, {.epochs = 3, .batch_size = 16, .verbose = 0, .callbacks = {tb},
+                                   .validation_split = 0.25});
+  const auto train_files = kolo::testing::event_files(dir + "/train");
+  const auto val_files = kolo::testing::event_files(dir + "/validation");
+  ASSERT_EQ(train_files.size(), 1u);
+  ASSERT_EQ(val_files.size(), 1u);
+  const auto train = kolo::testing::read_event_file(train_files[0]);
+  const auto val = kolo::testing::read_event_file(val_files[0]);
+  ASSERT_FALSE(train.empty());
+  EXPECT_EQ(train[0].file_version, std::optional<std::string>("brain.Event:2"));
+  using Want = std::tuple<std::string, const std::vector<kolo::testing::ReadEvent>*, std::string>;
+  for (const auto& [tag, events, key] :
+       std::vector<Want>{{"epoch_loss", &train, "loss"}, {"epoch_accuracy", &train, "accuracy"},
+                         {"epoch_loss", &val, "val_loss"}, {"epoch_accuracy", &val, "val_accuracy"}}) {
+    const auto got = kolo::testing::scalars(*events, tag);
+    ASSERT_EQ(got.size(), 3u) << tag << " " << key;
+    for (std::size_t e = 0; e < 3; ++e) {
+      EXPECT_EQ(got[e].first, static_cast<std::int64_t>(e)) << tag;
+      EXPECT_FLOAT_EQ(got[e].second, static_cast<float>(h.history[key][e])) << tag << " " << key;
+    }
+  }
+  // 72 training examples, batch 16: 5 steps an epoch, 15 in all; batch scalars every 2.
+  const auto batch = kolo::testing::scalars(train, "batch_loss");
+  ASSERT_EQ(batch.size(), 7u);
+  EXPECT_EQ(batch.back().first, 14);
+  EXPECT_EQ(model.iterations(), 15);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
