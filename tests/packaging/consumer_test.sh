@@ -37,4 +37,8 @@ cat "$out"
 [ "$status" -eq 0 ] || fail "kolorun -np 2 consumer_train exited with $status"
 oks=$(grep -c "consumer OK" "$out" || true)
 [ "$oks" -eq 2 ] || fail "expected 'consumer OK' from 2 ranks, got $oks"
+if [ -e "$prefix/include/kolo/train.h" ]; then
+  [ -x "$work/build/consumer_fit" ] || fail "kolo::train is installed but consumer_fit was not built"
+  timeout 300 "$work/build/consumer_fit" || fail "consumer_fit (kolo::train) failed"
+fi
 echo "PASS: installed kolo built and ran tests/consumer on 2 workers"

@@ -25,6 +25,7 @@ with_torch=0
 [[ " $libraries " != *" libkolo_torch.a "* ]] || with_torch=1
 for h in "$source"/include/kolo/*.h; do
   [ "${h##*/}" != torch.h ] || [ "$with_torch" = 1 ] || continue  # a build without libtorch
+  [ "${h##*/}" != train.h ] || [[ " $libraries " == *" libkolo_train.a "* ]] || continue
   want+=("./usr/include/kolo/${h##*/}")
 done
 for l in $libraries; do want+=("./usr/lib/$l"); done
