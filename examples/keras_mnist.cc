@@ -99,7 +99,8 @@ int run(const Flags& f) {
         kt::ModelCheckpointOptions{.filepath = f.checkpoint, .monitor = "loss"}));
   }
   if (!f.logdir.empty()) {
-    fit.callbacks.push_back(std::make_shared<kt::TensorBoard>(kt::TensorBoardOptions{.log_dir = f.logdir}));
+    fit.callbacks.push_back(
+        std::make_shared<kt::TensorBoard>(kt::TensorBoardOptions{.log_dir = f.logdir}));
   }
   if (f.warmup_epochs > 0) {
     fit.callbacks.push_back(std::make_shared<kt::LearningRateWarmup>(kt::LearningRateWarmupOptions{
@@ -115,11 +116,13 @@ int run(const Flags& f) {
       std::int64_t images = 0;
       for (int e : history.epochs) {
         (void)e;
-        images += f.steps_per_epoch > 0 ? std::min<std::int64_t>(f.steps_per_epoch * f.batch_size, train.size())
-                                        : train.size();
+        images += f.steps_per_epoch > 0
+                      ? std::min<std::int64_t>(f.steps_per_epoch * f.batch_size, train.size())
+                      : train.size();
       }
       double parameter_sum = 0;
-      for (const auto& p : model.module().parameters()) parameter_sum += p.abs().sum().item<double>();
+      for (const auto& p : model.module().parameters())
+        parameter_sum += p.abs().sum().item<double>();
       const nlohmann::json summary = {
           {"strategy", f.strategy},
           {"replicas", strategy.num_replicas_in_sync()},
@@ -148,15 +151,20 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", f.strategy, "default, mirrored, multiworker or horovod")
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "mirrored", "multiworker", "horovod"}));
-  app.add_option("--devices", f.devices, "replicas' devices, e.g. cpu:0,cpu:1 (default: GPUs, else the CPU)");
-  app.add_option("--epochs", f.epochs, "epochs")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--devices", f.devices,
+                 "replicas' devices, e.g. cpu:0,cpu:1 (default: GPUs, else the CPU)");
+  app.add_option("--epochs", f.epochs, "epochs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   app.add_option("--batch-size", f.batch_size, "GLOBAL batch size")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
-  app.add_option("--data", f.data, "directory of the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
+  app.add_option("--data", f.data, "directory of the Fashion-MNIST *-ubyte.gz files")
+      ->capture_default_str();
   app.add_option("--logdir", f.logdir, "TensorBoard logs here (train/, validation/)");
   app.add_option("--backup-dir", f.backup_dir, "BackupAndRestore: resume here after a crash");
-  app.add_option("--checkpoint", f.checkpoint, "ModelCheckpoint file path template, e.g. ckpt-{epoch:02d}");
+  app.add_option("--checkpoint", f.checkpoint,
+                 "ModelCheckpoint file path template, e.g. ckpt-{epoch:02d}");
   app.add_option("--summary-json", f.summary_json, "write the results here (chief)");
   app.add_option("--steps-per-epoch", f.steps_per_epoch, "cap each epoch (-1: the whole data)")
       ->capture_default_str();
@@ -164,15 +172,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 2));
   app.add_option("--learning-rate", f.learning_rate, "Adam's learning rate")->capture_default_str();
-  app.add_option("--warmup-epochs", f.warmup_epochs, "Horovod's learning-rate warm-up over N epochs")
+  app.add_option("--warmup-epochs", f.warmup_epochs,
+                 "Horovod's learning-rate warm-up over N epochs")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "initial weights and shuffle")->capture_default_str();
-  app.add_option("--threads", f.threads, "torch intra-op threads (0: default)")->capture_default_str();
+  app.add_option("--threads", f.threads, "torch intra-op threads (0: default)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);
   } catch (const kolo::Error& e) {
-    std::fprintf(stderr, "keras_mnist: kolo error (%s): %s\n", kolo::error_code_name(e.code()), e.what());
+    std::fprintf(stderr, "keras_mnist: kolo error (%s): %s\n", kolo::error_code_name(e.code()),
+                 e.what());
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "keras_mnist: error: %s\n", e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -133,8 +133,8 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
   torch::Tensor state_tensor;
   if (m.workers() > 1 && !m.strategy.horovod()) {
     state_tensor = torch::tensor(state, torch::kFloat64);
-    metrics_handle = kolo::allreduce_async(state_tensor,
-                                           {.name = "train.metrics", .op = ReduceOp::kSum});
+    metrics_handle =
+        kolo::allreduce_async(state_tensor, {.name = "train.metrics", .op = ReduceOp::kSum});
   }
   m.strategy.for_each_replica([&](int r) { losses[static_cast<std::size_t>(r)].backward(); });
 

@@ -164,6 +164,26 @@ TEST(Strategy, RunAndReduceOverReplicas) {
                std::runtime_error);
 }
 
+TEST(Strategy, DistributeGivesEachReplicaItsSliceForACustomLoop) {
+  MirroredStrategy m({"cpu:0", "cpu:1"});
+  const torch::Tensor x = torch::arange(10, torch::kFloat32).reshape({10, 1});
+  DistributedDataset d = m.distribute(Dataset::from_tensors(x, x.squeeze(1)), 4);
+  ASSERT_EQ(d.steps(), 3);
+  std::vector<float> seen;
+  for (const DistributedBatch& b : d) {
+    ASSERT_EQ(b.x.size(), 2u);
+    // A custom step: each replica sums its slice; reduce adds them up.
+    PerReplica sums = m.run([&](const ReplicaContext& c) { return b.x[c.local_replica_id].sum(); });
+    seen.push_back(m.reduce(ReduceOp::kSum, sums).item<float>());
+  }
+  EXPECT_EQ(seen, (std::vector<float>{0 + 1 + 2 + 3, 4 + 5 + 6 + 7, 8 + 9}));
+  d = m.distribute(Dataset::from_tensors(x), 10, {.shuffle = true, .seed = 3});
+  const auto first = d.batch(0).x[0].clone();
+  d.set_epoch(1);
+  EXPECT_FALSE(torch::equal(first, d.batch(0).x[0]));
+  EXPECT_FALSE(d.batch(0).y[0].defined());
+}
+
 // Trains `steps` batches of the tiny problem from the fixed initial weights and returns
 // the parameters.
 std::vector<torch::Tensor> train(Strategy strategy, const OptimizerSpec& opt, std::int64_t batch,
@@ -286,8 +306,9 @@ TEST(Fit, TensorBoardLogsOfAFitRunHoldHistorysValues) {
   Model model(testing::tiny_net(), MirroredStrategy({"cpu:0", "cpu:1"}));
   model.compile(Adam{}, std::make_shared<SparseCategoricalCrossentropy>(true), {"accuracy"});
   auto tb = std::make_shared<TensorBoard>(TensorBoardOptions{.log_dir = dir, .update_freq = 2});
-  History h = model.fit(p.x, p.y, {.epochs = 3, .batch_size = 16, .verbose = 0, .callbacks = {tb},
-                                   .validation_split = 0.25});
+  History h = model.fit(
+      p.x, p.y,
+      {.epochs = 3, .batch_size = 16, .verbose = 0, .callbacks = {tb}, .validation_split = 0.25});
   const auto train_files = kolo::testing::event_files(dir + "/train");
   const auto val_files = kolo::testing::event_files(dir + "/validation");
   ASSERT_EQ(train_files.size(), 1u);
@@ -298,8 +319,10 @@ TEST(Fit, TensorBoardLogsOfAFitRunHoldHistorysValues) {
   EXPECT_EQ(train[0].file_version, std::optional<std::string>("brain.Event:2"));
   using Want = std::tuple<std::string, const std::vector<kolo::testing::ReadEvent>*, std::string>;
   for (const auto& [tag, events, key] :
-       std::vector<Want>{{"epoch_loss", &train, "loss"}, {"epoch_accuracy", &train, "accuracy"},
-                         {"epoch_loss", &val, "val_loss"}, {"epoch_accuracy", &val, "val_accuracy"}}) {
+       std::vector<Want>{{"epoch_loss", &train, "loss"},
+                         {"epoch_accuracy", &train, "accuracy"},
+                         {"epoch_loss", &val, "val_loss"},
+                         {"epoch_accuracy", &val, "val_accuracy"}}) {
     const auto got = kolo::testing::scalars(*events, tag);
     ASSERT_EQ(got.size(), 3u) << tag << " " << key;
     for (std::size_t e = 0; e < 3; ++e) {

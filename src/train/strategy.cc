@@ -238,6 +238,58 @@ torch::Tensor Strategy::reduce(ReduceOp op, const PerReplica& values,
   return total;
 }
 
+// --- distribute -------------------------------------------------------------------------
+
+DistributedDataset Strategy::distribute(const Dataset& dataset, std::int64_t global_batch_size,
+                                        const DistributeOptions& options) const {
+  DistributedDataset d;
+  AutoShardPolicy policy = dataset.auto_shard_policy();
+  if (policy == AutoShardPolicy::kAuto) {
+    policy = dataset.file_based() ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
+  }
+  if (num_workers() == 1) policy = AutoShardPolicy::kData;
+  d.data_ = dataset.load_for_worker(worker_index(), num_workers());
+  PlanOptions& o = d.options_;
+  o.examples = d.data_.size();
+  o.global_batch = global_batch_size;
+  o.workers = num_workers();
+  o.worker = worker_index();
+  o.local_replicas = num_local_replicas();
+  o.policy = policy;
+  o.shuffle = options.shuffle;
+  o.seed = options.seed;
+  if (policy == AutoShardPolicy::kFile && num_workers() > 1) {
+    const std::int64_t per_worker = std::max<std::int64_t>(1, global_batch_size / num_workers());
+    torch::Tensor steps =
+        torch::tensor({(o.examples + per_worker - 1) / per_worker}, torch::kInt64);
+    o.force_steps = kolo::allreduce(steps, {.name = "train.distribute.steps", .op = ReduceOp::kMax})
+                        .item<std::int64_t>();
+  }
+  d.devices_ = devices();
+  d.plan_ = plan_epoch(o);
+  return d;
+}
+
+void DistributedDataset::set_epoch(std::int64_t epoch) {
+  options_.epoch = epoch;
+  plan_ = plan_epoch(options_);
+}
+
+DistributedBatch DistributedDataset::batch(std::int64_t step) const {
+  if (step < 0 || step >= plan_.steps) {
+    throw Error(ErrorCode::kInvalidArgument, "DistributedDataset: step " + std::to_string(step) +
+                                                 " of an epoch of " + std::to_string(plan_.steps));
+  }
+  DistributedBatch b;
+  const auto& pieces = plan_.pieces[static_cast<std::size_t>(step)];
+  for (std::size_t r = 0; r < pieces.size(); ++r) {
+    b.x.push_back(data_.x().index_select(0, pieces[r]).to(devices_[r]));
+    b.y.push_back(data_.y().defined() ? data_.y().index_select(0, pieces[r]).to(devices_[r])
+                                      : torch::Tensor());
+  }
+  return b;
+}
+
 // --- the strategies ------------------------------------------------------------------------
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device)

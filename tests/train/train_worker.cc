@@ -18,13 +18,13 @@ namespace {
 
 int g_failures = 0;
 
-#define CHECK(cond, ...)                        \
-  do {                                          \
-    if (!(cond)) {                              \
-      std::printf("FAILED: " __VA_ARGS__);      \
-      std::printf("\n");                        \
-      ++g_failures;                             \
-    }                                           \
+#define CHECK(cond, ...)                   \
+  do {                                     \
+    if (!(cond)) {                         \
+      std::printf("FAILED: " __VA_ARGS__); \
+      std::printf("\n");                   \
+      ++g_failures;                        \
+    }                                      \
   } while (0)
 
 std::vector<std::string> split(const std::string& text) {
@@ -57,8 +57,9 @@ Trained train(kt::Strategy strategy, const kt::OptimizerSpec& opt) {
 void equivalence(const std::vector<std::string>& devices) {
   kt::MultiWorkerMirroredStrategy strategy({}, devices);
   const int rank = kolo::rank();
-  for (const kt::OptimizerSpec& opt : {kt::OptimizerSpec(kt::SGD{.learning_rate = 0.1, .momentum = 0.9}),
-                                       kt::OptimizerSpec(kt::Adam{.learning_rate = 0.01})}) {
+  for (const kt::OptimizerSpec& opt :
+       {kt::OptimizerSpec(kt::SGD{.learning_rate = 0.1, .momentum = 0.9}),
+        kt::OptimizerSpec(kt::Adam{.learning_rate = 0.01})}) {
     const std::string name = kt::optimizer_name(opt);
     const Trained one = train(kt::Strategy(), opt);
     const Trained many = train(strategy, opt);
@@ -67,8 +68,8 @@ void equivalence(const std::vector<std::string>& devices) {
     for (std::size_t i = 0; i < one.weights.size() && i < many.weights.size(); ++i) {
       worst = std::max(worst, (one.weights[i] - many.weights[i]).abs().max().item<double>());
     }
-    CHECK(worst < 2e-5, "rank %d %s: %d workers x %zu replicas differ from one replica by %g",
-          rank, name.c_str(), strategy.num_workers(), devices.size(), worst);
+    CHECK(worst < 2e-5, "rank %d %s: %d workers x %zu replicas differ from one replica by %g", rank,
+          name.c_str(), strategy.num_workers(), devices.size(), worst);
     const double dl = std::abs(*one.eval.get("loss") - *many.eval.get("loss"));
     const double da = std::abs(*one.eval.get("accuracy") - *many.eval.get("accuracy"));
     CHECK(dl < 1e-5 && da < 1e-9, "rank %d %s: evaluate gives loss %g acc %g, one replica %g %g",

@@ -22,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include "kolo/train/data.h"
 #include "kolo/types.h"
 
 namespace kolo::train {
@@ -56,6 +57,49 @@ struct ReplicaContext {
 // One value per local replica (tf.distribute's PerReplica; experimental_local_results).
 using PerReplica = std::vector<torch::Tensor>;
 
+struct DistributeOptions {
+  bool shuffle = false;    // a new order each epoch (DistributedDataset::set_epoch)
+  std::uint64_t seed = 0;  // the same on every worker: epoch e uses seed + e
+};
+
+// One step's input: per local replica, its examples and labels (y undefined without
+// labels), on the replica's device.
+struct DistributedBatch {
+  PerReplica x, y;
+};
+
+// Iterates one epoch of per-replica batches; set_epoch(e) chooses the epoch (the shuffle).
+class DistributedDataset {
+ public:
+  std::int64_t steps() const { return plan_.steps; }
+  DistributedBatch batch(std::int64_t step) const;
+  void set_epoch(std::int64_t epoch);
+
+  class iterator {
+   public:
+    iterator(const DistributedDataset* d, std::int64_t s) : d_(d), s_(s) {}
+    DistributedBatch operator*() const { return d_->batch(s_); }
+    iterator& operator++() {
+      ++s_;
+      return *this;
+    }
+    bool operator!=(const iterator& o) const { return s_ != o.s_; }
+
+   private:
+    const DistributedDataset* d_;
+    std::int64_t s_;
+  };
+  iterator begin() const { return iterator(this, 0); }
+  iterator end() const { return iterator(this, steps()); }
+
+ private:
+  friend class Strategy;
+  Dataset data_;  // what this worker reads
+  PlanOptions options_;
+  EpochPlan plan_;
+  std::vector<torch::Device> devices_;
+};
+
 class Strategy {
  public:
   // tf.distribute's default strategy: one replica on the CPU, one worker.
@@ -85,6 +129,12 @@ class Strategy {
   // on the CPU.
   torch::Tensor reduce(ReduceOp op, const PerReplica& values,
                        std::optional<std::int64_t> axis = std::nullopt) const;
+  // The dataset as the local replicas' batches (tf.distribute's
+  // experimental_distribute_dataset): global batches of `global_batch_size`, sliced and
+  // sharded as fit does (data.h), each slice on its replica's device. Every worker must
+  // call it (a dataset of files agrees on the number of steps).
+  DistributedDataset distribute(const Dataset& dataset, std::int64_t global_batch_size,
+                                const DistributeOptions& options = {}) const;
   // Runs fn(replica) on every local replica's thread; used by Model.
   void for_each_replica(const std::function<void(int local_replica)>& fn) const;
 
