@@ -31,7 +31,7 @@ struct TrainParams {
   int verbose = 1;  // 0 silent, 1 progress bar, 2 one line per epoch
   // The metric names of the logs in order ("loss", "accuracy", ...; "val_*" when
   // validating), as Keras's model.metrics_names.
-  std::vector<std::string> metrics;
+  std::vector<std::string> metrics{};
 };
 
 // The model side that callbacks act on. Model implements it; tests may fake it.

@@ -38,14 +38,14 @@ class History : public Callback {
 struct ModelCheckpointOptions {
   // A template: {epoch} (1-based, as Keras), {epoch:02d}, {val_loss:.2f}, any log name
   // with a printf-style format. Required.
-  std::string filepath;
+  std::string filepath{};
   std::string monitor = "val_loss";
   int verbose = 0;
   bool save_best_only = false;
   bool save_weights_only = false;
   std::string mode = "auto";  // "auto", "min" or "max"
   int save_freq = 0;          // 0: every epoch (Keras's "epoch"); N: every N batches
-  std::optional<double> initial_value_threshold;  // a "best" to beat from the start
+  std::optional<double> initial_value_threshold{};  // a "best" to beat from the start
 };
 class ModelCheckpoint : public Callback {
  public:
@@ -74,7 +74,7 @@ struct EarlyStoppingOptions {
   int patience = 0;
   int verbose = 0;
   std::string mode = "auto";
-  std::optional<double> baseline;
+  std::optional<double> baseline{};
   bool restore_best_weights = false;
   int start_from_epoch = 0;
 };
@@ -162,7 +162,7 @@ class TerminateOnNaN : public Callback {
 };
 
 struct BackupAndRestoreOptions {
-  std::string backup_dir;         // required; the chief writes here
+  std::string backup_dir{};       // required; the chief writes here
   int save_freq = 0;              // 0: at every epoch end (Keras's "epoch"); N: every N batches
   bool delete_checkpoint = true;  // remove the backup when training ends normally
 };
@@ -192,7 +192,7 @@ struct LearningRateWarmupOptions {
   double initial_lr = 0;  // required: the learning rate reached after the warm-up
   int warmup_epochs = 5;
   bool momentum_correction = true;
-  std::optional<std::int64_t> steps_per_epoch;  // default: fit's steps
+  std::optional<std::int64_t> steps_per_epoch{};  // default: fit's steps
   int verbose = 0;
 };
 // Horovod's LearningRateWarmupCallback (Goyal et al. 2017): over warmup_epochs the

@@ -72,7 +72,7 @@ class Dataset {
 struct EpochPlan {
   std::int64_t steps = 0;
   // pieces[step][local replica]: indices (int64) into the worker's loaded examples.
-  std::vector<std::vector<torch::Tensor>> pieces;
+  std::vector<std::vector<torch::Tensor>> pieces{};
 };
 
 struct PlanOptions {

@@ -17,7 +17,7 @@ namespace kolo::train {
 
 struct Dense {
   std::int64_t units = 0;
-  std::string activation;       // "", "linear", "relu", "sigmoid", "tanh", "softmax"
+  std::string activation{};     // "", "linear", "relu", "sigmoid", "tanh", "softmax"
   std::int64_t input_dim = -1;  // Keras's input_shape=(input_dim,); -1: the previous layer's units
   Dense(std::int64_t units_, std::string activation_ = "", std::int64_t input_dim_ = -1)
       : units(units_), activation(std::move(activation_)), input_dim(input_dim_) {}

@@ -38,31 +38,31 @@ struct FitOptions {
   int epochs = 1;                // the epoch to stop before (with initial_epoch, as Keras)
   std::int64_t batch_size = 32;  // GLOBAL: over every replica of every worker
   int verbose = 1;               // 0 silent, 1 progress bar, 2 one line per epoch (chief)
-  std::vector<CallbackPtr> callbacks;
-  double validation_split = 0;             // the LAST fraction of x, y, taken before shuffling
-  std::optional<Dataset> validation_data;  // takes precedence over validation_split
-  bool shuffle = true;                     // a new order every epoch, the same on every worker
-  std::uint64_t seed = 0;                  // of the shuffle (epoch e uses seed + e)
+  std::vector<CallbackPtr> callbacks{};
+  double validation_split = 0;               // the LAST fraction of x, y, taken before shuffling
+  std::optional<Dataset> validation_data{};  // takes precedence over validation_split
+  bool shuffle = true;                       // a new order every epoch, the same on every worker
+  std::uint64_t seed = 0;                    // of the shuffle (epoch e uses seed + e)
   int initial_epoch = 0;
   std::int64_t steps_per_epoch = -1;  // -1: until the data is used up
   std::int64_t validation_steps = -1;
   std::int64_t validation_batch_size = -1;  // -1: batch_size
   int validation_freq = 1;                  // validate every N epochs
-  std::vector<int> validation_epochs;       // or at these (1-based) epochs, as Keras's list
+  std::vector<int> validation_epochs{};     // or at these (1-based) epochs, as Keras's list
 };
 
 struct EvaluateOptions {
   std::int64_t batch_size = 32;
   int verbose = 1;
   std::int64_t steps = -1;
-  std::vector<CallbackPtr> callbacks;
+  std::vector<CallbackPtr> callbacks{};
 };
 
 struct PredictOptions {
   std::int64_t batch_size = 32;
   int verbose = 0;
   std::int64_t steps = -1;
-  std::vector<CallbackPtr> callbacks;
+  std::vector<CallbackPtr> callbacks{};
 };
 
 class Model : public TrainingHost {

@@ -45,8 +45,8 @@ struct RMSprop {
 
 // Any libtorch optimizer over the given parameters.
 struct CustomOptimizer {
-  std::string name;
-  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)> make;
+  std::string name{};
+  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)> make{};
 };
 
 using OptimizerSpec = std::variant<Adam, SGD, RMSprop, CustomOptimizer>;

@@ -54,12 +54,12 @@ struct ProgbarOptions {
   // Where the bar goes (default stdout). Flushed after each write.
   std::FILE* out = nullptr;
   // Whether it is redrawn in place (default: detected as above).
-  std::optional<bool> dynamic;
+  std::optional<bool> dynamic{};
   // Least seconds between two updates of a bar shown (verbose 1; the final line always
   // is). Default: 0.05 when redrawn in place (Keras's), 60 for whole lines. >= 0.
-  std::optional<double> interval;
+  std::optional<double> interval{};
   // Seconds on a monotonic clock (default: std::chrono::steady_clock); tests inject one.
-  std::function<double()> clock;
+  std::function<double()> clock{};
 };
 
 // fit() adds one when verbose is 1 or 2 (params().verbose chooses the format).

@@ -42,7 +42,7 @@ struct CommunicationOptions {
   // A collective that takes longer fails naming the workers it waited for
   // (KOLO_PEER_TIMEOUT_SECONDS); default: kolo's (60 s). TensorFlow's default is to wait
   // forever; kolo never waits unbounded.
-  std::optional<double> timeout_seconds;
+  std::optional<double> timeout_seconds{};
   CommunicationImplementation implementation = CommunicationImplementation::kAuto;
 };
 
