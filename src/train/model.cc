@@ -38,7 +38,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 }  // namespace
 
 Model::Model(std::shared_ptr<torch::nn::Module> module, Forward forward, Strategy strategy)
-    : impl_(std::make_unique<Impl>(Impl{std::move(strategy), std::move(forward)})) {
+    : impl_(std::make_unique<Impl>(std::move(strategy), std::move(forward))) {
   Impl& m = *impl_;
   if (!module) throw Error(ErrorCode::kInvalidArgument, "Model: the module is null");
   const auto& devices = m.strategy.devices();

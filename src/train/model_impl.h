@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kolo/torch.h"
@@ -17,6 +18,7 @@
 namespace kolo::train {
 
 struct Model::Impl {
+  Impl(Strategy s, Forward f) : strategy(std::move(s)), forward(std::move(f)) {}
   Strategy strategy;
   Forward forward;
   // replicas[0] is the user's module; the others are clones on the other devices.
