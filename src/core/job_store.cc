@@ -76,6 +76,9 @@ std::string arrived_key(int rank) { return "start/arrived/" + std::to_string(ran
 std::string aborted_key(int rank) { return "start/aborted/" + std::to_string(rank); }
 // Why start-up failed, set by the hosting task when it gives up.
 constexpr const char* kFailedKey = "start/failed";
+// What the hosting task that gave up writes into a missing rank's arrival key to wake the
+// waiting tasks. It is not a claim: a rank whose key holds it never arrived.
+constexpr const char* kWakeValue = "(start-up failed)";
 
 // The hosting task gave up: its process is about to exit and take the store with it, so
 // the tasks that did arrive would only see a lost connection. It publishes why, wakes
@@ -86,7 +89,7 @@ void tell_the_others(rendezvous::Store& store, const std::string& why,
   if (!store.set(kFailedKey, why).ok()) return;
   for (int r : missing) {
     std::string actual;
-    if (!store.compare_set(arrived_key(r), "", "(start-up failed)", &actual).ok()) return;
+    if (!store.compare_set(arrived_key(r), "", kWakeValue, &actual).ok()) return;
   }
   std::vector<std::string> acks;
   for (int r : arrived) {
@@ -191,6 +194,12 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
   // One process per rank: a second claim means two tasks were started as the same one.
   const std::string claim = host_name() + " pid " + std::to_string(::getpid());
   KOLO_RETURN_IF_ERROR(store.compare_set(arrived_key(launch.rank), "", claim, &actual));
+  if (actual == kWakeValue) {
+    // The host gave up after the check above and filled this rank's key: its reason (set
+    // before the key) is what this task reports, not a second process.
+    KOLO_RETURN_IF_ERROR(failed_already(&failed));
+    if (!failed.ok()) return failed;
+  }
   if (actual != claim) {
     return InvalidArgument("start-up: " + me + " was already claimed by another process (" +
                            actual + "): two processes were started as rank " +
@@ -212,13 +221,11 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
     return Status::OK();
   }
   if (waited.code() != ErrorCode::kPeerFailure) return waited;
-  // The host may have given up at the same moment (it set the missing keys, so they
-  // cannot tell who arrived).
-  if (failed_already(&failed).ok() && !failed.ok()) {
-    (void)store.set(aborted_key(launch.rank), "1");
-    return failed;
-  }
-  // Which ranks never arrived (the store's own message names keys, not tasks).
+  // Which ranks never arrived (the store's own message names keys, not tasks). The host
+  // may be giving up at this moment too: it publishes its reason, then fills the missing
+  // ranks' keys with kWakeValue. So the arrivals are read first and the reason after: a
+  // filled key seen here means the reason is there to read below, and a filled key never
+  // counts as arrived (else this task would take the host's wake-up for the last arrival).
   std::vector<int> missing, arrived;
   for (int r = 0; r < launch.size; ++r) {
     std::string value;
@@ -229,7 +236,11 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
                                   launch.store_owner() +
                                   ") while waiting for the other tasks: " + s.message());
     }
-    (found ? arrived : missing).push_back(r);
+    (found && value != kWakeValue ? arrived : missing).push_back(r);
+  }
+  if (failed_already(&failed).ok() && !failed.ok()) {
+    (void)store.set(aborted_key(launch.rank), "1");  // the host may stop serving now
+    return failed;
   }
   if (missing.empty()) return Status::OK();  // the last one arrived at the deadline
   const std::string why = "start-up timed out after " + seconds_text(start_timeout_s) +

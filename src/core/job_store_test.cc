@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "rendezvous/memory_store.h"
+#include "rendezvous/tcp_store.h"
 
 namespace kolo::core {
 namespace {
@@ -90,6 +92,7 @@ class Task {
     ::close(fds[1]);
     fd_ = fds[0];
   }
+  pid_t pid() const { return pid_; }
   ~Task() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
@@ -241,7 +244,19 @@ TEST(JobStoreTest, RankStartedTwiceAndSizeMismatchAreErrors) {
   const int port = free_port();
   Task r0(torch_env(port, 0, 3, "s"));
   Task a(torch_env(port, 1, 3, "s"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first rank 1 claims
+  {
+    // The first rank 1 claims before the second starts (and so has set the job's size);
+    // watched through the store itself, not guessed with a sleep.
+    rendezvous::TcpStoreOptions watch;
+    watch.port = port;
+    watch.secret = "s";
+    watch.connect_timeout_s = 10;
+    std::unique_ptr<rendezvous::TcpStore> store;
+    ASSERT_TRUE(rendezvous::TcpStore::connect(watch, &store).ok());
+    std::string claim;
+    ASSERT_TRUE(store->get("start/arrived/1", deadline_after(10), &claim).ok());
+    EXPECT_CONTAINS(claim, " pid " + std::to_string(a.pid()));
+  }
   Task b(torch_env(port, 1, 3, "s"));
   Task big(torch_env(port, 2, 4, "s"));
   const Outcome ob = b.finish();
@@ -257,6 +272,117 @@ TEST(JobStoreTest, RankStartedTwiceAndSizeMismatchAreErrors) {
   const Outcome o0 = r0.finish(), oa = a.finish();
   EXPECT_CONTAINS(o0.message, "rank 2 never arrived");
   EXPECT_CONTAINS(oa.message, "rank 2 never arrived");
+}
+
+// A store that plays the hosting task giving up (what join_job's tell_the_others writes:
+// its reason, then a wake-up value in each missing rank's arrival key) right after the
+// joining task's `after_ops`-th store operation, so that a test can put the host's give-up
+// at every point of a join: while it checks, claims, waits, or reads who arrived.
+class HostGivesUpStore : public rendezvous::Store {
+ public:
+  HostGivesUpStore(int after_ops, std::string why, std::vector<int> missing)
+      : after_ops_(after_ops), why_(std::move(why)), missing_(std::move(missing)) {}
+
+  rendezvous::MemoryStore& inner() { return inner_; }
+
+  Status set(const std::string& key, const std::string& value) override {
+    return step(inner_.set(key, value));
+  }
+  Status get(const std::string& key, Deadline deadline, std::string* value) override {
+    return step(inner_.get(key, deadline, value));
+  }
+  Status try_get(const std::string& key, std::string* value, bool* found) override {
+    return step(inner_.try_get(key, value, found));
+  }
+  Status check(const std::vector<std::string>& keys, bool* all_exist) override {
+    return step(inner_.check(keys, all_exist));
+  }
+  Status add(const std::string& key, std::int64_t delta, std::int64_t* new_value) override {
+    return step(inner_.add(key, delta, new_value));
+  }
+  Status compare_set(const std::string& key, const std::string& expected,
+                     const std::string& desired, std::string* actual) override {
+    return step(inner_.compare_set(key, expected, desired, actual));
+  }
+  Status wait(const std::vector<std::string>& keys, Deadline deadline) override {
+    return step(inner_.wait(keys, deadline));
+  }
+  Status erase(const std::string& key, bool* existed) override {
+    return step(inner_.erase(key, existed));
+  }
+  std::string describe() const override { return "host-gives-up store"; }
+
+ private:
+  Status step(Status s) {
+    if (++ops_ == after_ops_) {
+      EXPECT_TRUE(inner_.set("start/failed", why_).ok());
+      for (int r : missing_) {
+        std::string actual;
+        EXPECT_TRUE(
+            inner_
+                .compare_set("start/arrived/" + std::to_string(r), "", "(start-up failed)", &actual)
+                .ok());
+      }
+    }
+    return s;
+  }
+
+  rendezvous::MemoryStore inner_;
+  const int after_ops_;
+  const std::string why_;
+  const std::vector<int> missing_;
+  int ops_ = 0;  // the joining task's operations so far (one thread)
+};
+
+// The outcome of rank `rank` of 3 joining (not hosting) over `store`, which holds the
+// arrivals of `present`.
+Status join_over(HostGivesUpStore* store, int rank, const std::vector<int>& present) {
+  Env env = torch_env(free_port(), rank, 3, "s");
+  LaunchEnv launch;
+  EXPECT_TRUE(detect_launch_env(env, &launch).ok());
+  EXPECT_TRUE(store->inner().set("start/size", "3").ok());
+  for (int r : present) {
+    EXPECT_TRUE(store->inner().set("start/arrived/" + std::to_string(r), "host pid 1").ok());
+  }
+  JobStore job;
+  job.store = std::shared_ptr<rendezvous::Store>(store, [](rendezvous::Store*) {});
+  return join_job(job, launch, 0.1);
+}
+
+constexpr const char* kHostsWhy =
+    "start-up timed out after 0.1 s (KOLO_START_TIMEOUT_SECONDS): rank 2 never arrived; check";
+
+// Rank 2 never comes; rank 1 times out at about the moment the host (rank 0) gives up. The
+// key the host fills to wake the others is no arrival: wherever the host's give-up falls
+// in rank 1's join, rank 1 fails naming rank 2 (its own timeout, or the host's reason, and
+// then it lets the host stop serving), never "all arrived".
+TEST(JobStoreTest, HostGivingUpNeverCountsAsTheLastArrival) {
+  for (int after_ops = 1; after_ops <= 10; ++after_ops) {
+    SCOPED_TRACE("the host gives up after rank 1's store operation " + std::to_string(after_ops));
+    HostGivesUpStore store(after_ops, kHostsWhy, {2});
+    const Status s = join_over(&store, 1, {0});
+    EXPECT_EQ(s.code(), ErrorCode::kPeerFailure) << s.message();
+    EXPECT_CONTAINS(s.message(), "rank 2 never arrived");
+    if (s.message().find("(reported by rank 0)") != std::string::npos) {
+      std::string ack;
+      bool found = false;
+      EXPECT_TRUE(store.inner().try_get("start/aborted/1", &ack, &found).ok());
+      EXPECT_TRUE(found) << "rank 1 reported the host's reason without telling the host";
+    }
+  }
+}
+
+// Rank 2 comes just as the host gives up on it: it reports the host's reason wherever the
+// give-up falls, also when the host filled rank 2's key before rank 2 could claim it (that
+// is not "claimed by another process").
+TEST(JobStoreTest, LateRankReportsTheHostsReason) {
+  for (int after_ops = 1; after_ops <= 6; ++after_ops) {
+    SCOPED_TRACE("the host gives up after rank 2's store operation " + std::to_string(after_ops));
+    HostGivesUpStore store(after_ops, kHostsWhy, {2});
+    const Status s = join_over(&store, 2, {0, 1});
+    EXPECT_EQ(s.code(), ErrorCode::kPeerFailure) << s.message();
+    EXPECT_CONTAINS(s.message(), std::string(kHostsWhy) + " (reported by rank 0)");
+  }
 }
 
 // The hosting rank's port is taken: an error at once, naming the port and where it came
