@@ -27,7 +27,7 @@ std::string store_address(const LaunchEnv& launch) {
 
 std::string seconds_text(double s) { return number_string(s) + " s"; }
 
-// How long a hosting task that gave up serves on so that the others read why (they are
+// How long a hosting task serves on after start-up failed so that the others read why (they are
 // all waiting, so they read it within milliseconds).
 constexpr double kTellTheOthersSeconds = 2;
 
@@ -74,23 +74,64 @@ std::string host_name() {
 
 std::string arrived_key(int rank) { return "start/arrived/" + std::to_string(rank); }
 std::string aborted_key(int rank) { return "start/aborted/" + std::to_string(rank); }
-// Why start-up failed, set by the hosting task when it gives up.
-constexpr const char* kFailedKey = "start/failed";
 
-// The hosting task gave up: its process is about to exit and take the store with it, so
-// the tasks that did arrive would only see a lost connection. It publishes why, wakes
-// their waits by setting the missing ranks' keys (unless a late task claims one first:
-// then that task fails too), and serves on until each has read the reason (bounded).
-void tell_the_others(rendezvous::Store& store, const std::string& why,
-                     const std::vector<int>& missing, const std::vector<int>& arrived, int me) {
-  if (!store.set(kFailedKey, why).ok()) return;
-  for (int r : missing) {
-    std::string actual;
-    if (!store.compare_set(arrived_key(r), "", "(start-up failed)", &actual).ok()) return;
+// The barrier's outcome, decided once for every task: the first task to decide sets it
+// with compare_set, and every other task reports what it finds there instead of its own
+// view, so the tasks that came all succeed or all fail with one message. A task decides
+// "all arrived" (kAllArrived) when its wait saw every arrival key, or why start-up failed
+// when it timed out with ranks missing, as "<its name>\n<why>".
+constexpr const char* kOutcomeKey = "start/outcome";
+constexpr const char* kAllArrived = "ok";
+// What the task that decided a failure writes into each missing rank's arrival key to
+// wake the waiting tasks at once. It is not a claim: a rank whose key holds it never
+// arrived, and it is written only after the failure was decided.
+constexpr const char* kWakeValue = "(start-up failed)";
+
+// The outcome as task `me` reports it: OK, or the decider's reason (naming the decider
+// when it was another task).
+Status outcome_status(const std::string& outcome, const std::string& me) {
+  if (outcome == kAllArrived) return Status::OK();
+  const std::size_t end = outcome.find('\n');
+  if (end == std::string::npos) return PeerFailure(outcome);
+  const std::string decider = outcome.substr(0, end), why = outcome.substr(end + 1);
+  return PeerFailure(decider == me ? why : why + " (reported by " + decider + ")");
+}
+
+// Which ranks hold a claim on their arrival key, and which do not.
+Status read_arrivals(rendezvous::Store& store, int size, std::vector<int>* arrived,
+                     std::vector<int>* missing) {
+  for (int r = 0; r < size; ++r) {
+    std::string value;
+    bool found = false;
+    KOLO_RETURN_IF_ERROR(store.try_get(arrived_key(r), &value, &found));
+    (found && value != kWakeValue ? arrived : missing)->push_back(r);
   }
+  return Status::OK();
+}
+
+// Start-up failed (decided by this task when `decided`, which then knows `missing`). The
+// decider wakes the waiting tasks by filling the missing ranks' keys (a late task that
+// claims one first reads the outcome when its wait ends). The hosting task's exit takes
+// the store with it, so it serves on until every other task that came has read the
+// outcome (bounded); the others tell it they have.
+void after_failure(JobStore& job, const LaunchEnv& launch, bool decided,
+                   const std::vector<int>& missing) {
+  rendezvous::Store& store = *job.store;
+  if (decided) {
+    for (int r : missing) {
+      std::string actual;
+      if (!store.compare_set(arrived_key(r), "", kWakeValue, &actual).ok()) return;
+    }
+  }
+  if (!job.server) {
+    (void)store.set(aborted_key(launch.rank), "1");  // the host may stop serving now
+    return;
+  }
+  std::vector<int> arrived, absent;
+  if (!read_arrivals(store, launch.size, &arrived, &absent).ok()) return;
   std::vector<std::string> acks;
   for (int r : arrived) {
-    if (r != me) acks.push_back(aborted_key(r));
+    if (r != launch.rank) acks.push_back(aborted_key(r));
   }
   (void)store.wait(acks, deadline_after(kTellTheOthersSeconds));  // best effort
 }
@@ -167,18 +208,21 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
   const Deadline deadline = deadline_after(start_timeout_s);
   rendezvous::Store& store = *job.store;
   const std::string me = launch.rank_name(launch.rank);
-  const auto failed_already = [&](Status* out) {
-    std::string why;
+  const auto lost = [&](const Status& s) {
+    return Status(s.code(), "start-up: " + me + " lost the job's store (hosted by " +
+                                launch.store_owner() +
+                                ") while waiting for the other tasks: " + s.message());
+  };
+  // Start-up failed before this task could take part: it is told why.
+  const auto failed_already = [&]() {
+    std::string outcome;
     bool found = false;
-    KOLO_RETURN_IF_ERROR(store.try_get(kFailedKey, &why, &found));
-    if (found) *out = PeerFailure(why + " (reported by " + launch.store_owner() + ")");
-    return Status::OK();
+    const Status s = store.try_get(kOutcomeKey, &outcome, &found);
+    if (!s.ok()) return lost(s);
+    return found && outcome != kAllArrived ? outcome_status(outcome, me) : Status::OK();
   };
 
-  // A task that comes after start-up failed is told so.
-  Status failed;
-  KOLO_RETURN_IF_ERROR(failed_already(&failed));
-  if (!failed.ok()) return failed;
+  KOLO_RETURN_IF_ERROR(failed_already());
   // Every task must agree on the size of the job: the first to arrive sets it.
   const std::string size = std::to_string(launch.size);
   std::string actual;
@@ -191,6 +235,11 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
   // One process per rank: a second claim means two tasks were started as the same one.
   const std::string claim = host_name() + " pid " + std::to_string(::getpid());
   KOLO_RETURN_IF_ERROR(store.compare_set(arrived_key(launch.rank), "", claim, &actual));
+  if (actual == kWakeValue) {
+    // Start-up failed after the check above and this rank's key was filled to wake the
+    // others: not a second process.
+    KOLO_RETURN_IF_ERROR(failed_already());
+  }
   if (actual != claim) {
     return InvalidArgument("start-up: " + me + " was already claimed by another process (" +
                            actual + "): two processes were started as rank " +
@@ -200,47 +249,31 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
   std::vector<std::string> keys;
   for (int r = 0; r < launch.size; ++r) keys.push_back(arrived_key(r));
   const Status waited = store.wait(keys, deadline);
-  if (waited.ok()) {
-    // Every key exists: all arrived, or the hosting task gave up and set the missing
-    // keys to wake everyone (then kFailedKey says why).
-    KOLO_RETURN_IF_ERROR(failed_already(&failed));
-    if (!failed.ok()) {
-      (void)store.set(aborted_key(launch.rank), "1");  // the host may stop serving now
-      return failed;
+  if (!waited.ok() && waited.code() != ErrorCode::kPeerFailure) return waited;
+  // What this task proposes: all arrived when its wait saw every key (some may be wake-up
+  // values: then a failure was decided first and this proposal loses), else the ranks
+  // that never arrived (the store's own message names keys, not tasks).
+  std::string proposal = kAllArrived;
+  std::vector<int> arrived, missing;
+  if (!waited.ok()) {
+    const Status s = read_arrivals(store, launch.size, &arrived, &missing);
+    if (!s.ok()) return lost(s);
+    if (!missing.empty()) {
+      proposal = me + "\n" + "start-up timed out after " + seconds_text(start_timeout_s) +
+                 " (KOLO_START_TIMEOUT_SECONDS): " + names(launch, missing) + " never arrived; " +
+                 start_hint(launch) + secret_hint(launch);
     }
+  }
+  std::string outcome;
+  const Status s = store.compare_set(kOutcomeKey, "", proposal, &outcome);
+  if (!s.ok()) return lost(s);
+  const Status result = outcome_status(outcome, me);
+  if (result.ok()) {
     KOLO_LOG(kDebug, "start") << me << ": all " << launch.size << " tasks arrived";
-    return Status::OK();
+    return result;
   }
-  if (waited.code() != ErrorCode::kPeerFailure) return waited;
-  // The host may have given up at the same moment (it set the missing keys, so they
-  // cannot tell who arrived).
-  if (failed_already(&failed).ok() && !failed.ok()) {
-    (void)store.set(aborted_key(launch.rank), "1");
-    return failed;
-  }
-  // Which ranks never arrived (the store's own message names keys, not tasks).
-  std::vector<int> missing, arrived;
-  for (int r = 0; r < launch.size; ++r) {
-    std::string value;
-    bool found = false;
-    const Status s = store.try_get(keys[r], &value, &found);
-    if (!s.ok()) {
-      return Status(s.code(), "start-up: " + me + " lost the job's store (hosted by " +
-                                  launch.store_owner() +
-                                  ") while waiting for the other tasks: " + s.message());
-    }
-    (found ? arrived : missing).push_back(r);
-  }
-  if (missing.empty()) return Status::OK();  // the last one arrived at the deadline
-  const std::string why = "start-up timed out after " + seconds_text(start_timeout_s) +
-                          " (KOLO_START_TIMEOUT_SECONDS): " + names(launch, missing) +
-                          " never arrived; " + start_hint(launch) + secret_hint(launch);
-  if (job.server) {
-    tell_the_others(store, why, missing, arrived, launch.rank);
-  } else {
-    (void)store.set(aborted_key(launch.rank), "1");  // the host need not wait for this one
-  }
-  return PeerFailure(why);
+  after_failure(job, launch, /*decided=*/outcome == proposal, missing);
+  return result;
 }
 
 }  // namespace kolo::core

@@ -51,10 +51,14 @@ Status open_job_store(const LaunchEnv& launch, const Config& config, JobStore* o
 // KOLO_START_TIMEOUT_SECONDS option). Past it: kPeerFailure naming the ranks that never
 // arrived, by their TF_CONFIG names where there are some ("start-up timed out after 5 s:
 // worker 2 (localhost:23457) never arrived; ..."). Two processes claiming one rank, or
-// ranks that disagree about the job's size, are kInvalidArgument naming both. A hosting
-// task that gives up first publishes why ("start/failed") and wakes the others, serving on
-// (at most 2 s) until they have read it, so every task that came reports the same missing
-// tasks instead of a lost connection; a task that comes later is told start-up failed.
+// ranks that disagree about the job's size, are kInvalidArgument naming both.
+// All or nothing: the outcome is decided once, in the store ("start/outcome"), by the first
+// task to decide (one that saw every rank arrive, or one that timed out), and every task
+// that came reports that outcome; a failure names the task that decided it ("... (reported
+// by rank 0)") when that was another task. The task that decides a failure wakes the
+// others at once; the hosting task serves on (at most 2 s) until the others have read the
+// outcome, so they report the same missing tasks instead of a lost connection; a task that
+// comes later is told start-up failed.
 Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s);
 
 }  // namespace kolo::core

@@ -3,7 +3,9 @@
 // torch-style variables, as independent processes would see them), opens the job's store
 // on 127.0.0.1 and joins the job; the parent checks each task's result and how long it
 // took. A missing task, a wrong secret, a rank started twice and disagreeing sizes end in
-// errors naming them, within KOLO_START_TIMEOUT_SECONDS.
+// errors naming them, within KOLO_START_TIMEOUT_SECONDS. The races at the bound (the host
+// giving up while another task times out or arrives) are tested in one process, over a
+// memory store that plays the host's give-up after each store operation of a join in turn.
 #include "core/job_store.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +23,8 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "rendezvous/memory_store.h"
+#include "rendezvous/tcp_store.h"
 
 namespace kolo::core {
 namespace {
@@ -90,6 +94,7 @@ class Task {
     ::close(fds[1]);
     fd_ = fds[0];
   }
+  pid_t pid() const { return pid_; }
   ~Task() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
@@ -241,7 +246,19 @@ TEST(JobStoreTest, RankStartedTwiceAndSizeMismatchAreErrors) {
   const int port = free_port();
   Task r0(torch_env(port, 0, 3, "s"));
   Task a(torch_env(port, 1, 3, "s"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first rank 1 claims
+  {
+    // The first rank 1 claims before the second starts (and so has set the job's size);
+    // watched through the store itself, not guessed with a sleep.
+    rendezvous::TcpStoreOptions watch;
+    watch.port = port;
+    watch.secret = "s";
+    watch.connect_timeout_s = 10;
+    std::unique_ptr<rendezvous::TcpStore> store;
+    ASSERT_TRUE(rendezvous::TcpStore::connect(watch, &store).ok());
+    std::string claim;
+    ASSERT_TRUE(store->get("start/arrived/1", deadline_after(10), &claim).ok());
+    EXPECT_CONTAINS(claim, " pid " + std::to_string(a.pid()));
+  }
   Task b(torch_env(port, 1, 3, "s"));
   Task big(torch_env(port, 2, 4, "s"));
   const Outcome ob = b.finish();
@@ -257,6 +274,162 @@ TEST(JobStoreTest, RankStartedTwiceAndSizeMismatchAreErrors) {
   const Outcome o0 = r0.finish(), oa = a.finish();
   EXPECT_CONTAINS(o0.message, "rank 2 never arrived");
   EXPECT_CONTAINS(oa.message, "rank 2 never arrived");
+}
+
+// Rank 1 gives up first (its bound is 1 s, the host's 3 s): it decides for everyone, so
+// the host, woken at once, reports rank 1's reason long before its own bound.
+TEST(JobStoreTest, FirstTaskToGiveUpDecidesForAll) {
+  const int port = free_port();
+  Env host = torch_env(port, 0, 3, "s");
+  host["KOLO_START_TIMEOUT_SECONDS"] = "3";
+  Env first = torch_env(port, 1, 3, "s");
+  first["KOLO_START_TIMEOUT_SECONDS"] = "1";
+  Task r0(host);
+  Task r1(first);
+  const Outcome o1 = r1.finish(), o0 = r0.finish();
+  EXPECT_EQ(o1.code, ErrorCode::kPeerFailure) << o1.message;
+  EXPECT_CONTAINS(o1.message,
+                  "start-up timed out after 1 s (KOLO_START_TIMEOUT_SECONDS): rank 2 "
+                  "never arrived; check that every rank was started with WORLD_SIZE=3");
+  EXPECT_EQ(o0.code, ErrorCode::kPeerFailure) << o0.message;
+  EXPECT_EQ(o0.message, o1.message + " (reported by rank 1)");
+  EXPECT_LT(o0.seconds, 2.5);
+}
+
+// A store that plays the hosting task (rank 0) giving up as join_job does: it decides the
+// outcome ("start/outcome", unless a task decided first) and then fills the missing ranks'
+// arrival keys with the wake-up value. It does so right after the joining task's
+// `after_ops`-th store operation, so that a test can put the give-up at every point of a
+// join: while the task checks, claims, waits, reads who arrived or decides.
+class HostGivesUpStore : public rendezvous::Store {
+ public:
+  HostGivesUpStore(int after_ops, std::string why, std::vector<int> missing)
+      : after_ops_(after_ops), why_(std::move(why)), missing_(std::move(missing)) {}
+
+  rendezvous::MemoryStore& inner() { return inner_; }
+  // The outcome in the store ("" while undecided).
+  std::string outcome() {
+    std::string value;
+    bool found = false;
+    EXPECT_TRUE(inner_.try_get("start/outcome", &value, &found).ok());
+    return value;
+  }
+
+  Status set(const std::string& key, const std::string& value) override {
+    return step(inner_.set(key, value));
+  }
+  Status get(const std::string& key, Deadline deadline, std::string* value) override {
+    return step(inner_.get(key, deadline, value));
+  }
+  Status try_get(const std::string& key, std::string* value, bool* found) override {
+    return step(inner_.try_get(key, value, found));
+  }
+  Status check(const std::vector<std::string>& keys, bool* all_exist) override {
+    return step(inner_.check(keys, all_exist));
+  }
+  Status add(const std::string& key, std::int64_t delta, std::int64_t* new_value) override {
+    return step(inner_.add(key, delta, new_value));
+  }
+  Status compare_set(const std::string& key, const std::string& expected,
+                     const std::string& desired, std::string* actual) override {
+    return step(inner_.compare_set(key, expected, desired, actual));
+  }
+  Status wait(const std::vector<std::string>& keys, Deadline deadline) override {
+    return step(inner_.wait(keys, deadline));
+  }
+  Status erase(const std::string& key, bool* existed) override {
+    return step(inner_.erase(key, existed));
+  }
+  std::string describe() const override { return "host-gives-up store"; }
+
+ private:
+  Status step(Status s) {
+    if (++ops_ != after_ops_) return s;
+    const std::string decision = "rank 0\n" + why_;
+    std::string actual;
+    EXPECT_TRUE(inner_.compare_set("start/outcome", "", decision, &actual).ok());
+    if (actual != decision) return s;  // the task decided first
+    for (int r : missing_) {
+      EXPECT_TRUE(
+          inner_.compare_set("start/arrived/" + std::to_string(r), "", "(start-up failed)", &actual)
+              .ok());
+    }
+    return s;
+  }
+
+  rendezvous::MemoryStore inner_;
+  const int after_ops_;
+  const std::string why_;
+  const std::vector<int> missing_;
+  int ops_ = 0;  // the joining task's operations so far (one thread)
+};
+
+// The outcome of rank `rank` of 3 joining (not hosting) over `store`, which holds the
+// arrivals of `present`, with a bound of 0.1 s.
+Status join_over(HostGivesUpStore* store, int rank, const std::vector<int>& present) {
+  const Env env = torch_env(free_port(), rank, 3, "s");
+  LaunchEnv launch;
+  EXPECT_TRUE(detect_launch_env(env, &launch).ok());
+  EXPECT_TRUE(store->inner().set("start/size", "3").ok());
+  for (int r : present) {
+    EXPECT_TRUE(store->inner().set("start/arrived/" + std::to_string(r), "host pid 1").ok());
+  }
+  JobStore job;
+  job.store = std::shared_ptr<rendezvous::Store>(store, [](rendezvous::Store*) {});
+  return join_job(job, launch, 0.1);
+}
+
+constexpr const char* kHostsWhy =
+    "start-up timed out after 0.1 s (KOLO_START_TIMEOUT_SECONDS): rank 2 never arrived; check";
+
+// Rank 2 never comes; rank 1 times out about when the host gives up. The key the host
+// fills to wake the others is no arrival: wherever the give-up falls in rank 1's join,
+// rank 1 fails naming rank 2 (its own timeout when it decided first, else the host's
+// reason) and tells the host it may stop serving; it never takes the wake-up for the last
+// arrival. (Before the fix, a give-up between rank 1's timeout and its reading of the
+// arrivals made rank 1 succeed alone.)
+TEST(JobStoreTest, HostGivingUpNeverCountsAsTheLastArrival) {
+  for (int after_ops = 1; after_ops <= 10; ++after_ops) {
+    SCOPED_TRACE("the host gives up after rank 1's store operation " + std::to_string(after_ops));
+    HostGivesUpStore store(after_ops, kHostsWhy, {2});
+    const Status s = join_over(&store, 1, {0});
+    EXPECT_EQ(s.code(), ErrorCode::kPeerFailure) << s.message();
+    EXPECT_CONTAINS(s.message(), "rank 2 never arrived");
+    const std::string outcome = store.outcome();
+    if (outcome.rfind("rank 0\n", 0) == 0) {
+      EXPECT_EQ(s.message(), std::string(kHostsWhy) + " (reported by rank 0)");
+    } else {
+      EXPECT_CONTAINS(outcome, "rank 1\nstart-up timed out after 0.1 s");
+    }
+    std::string ack;
+    bool found = false;
+    EXPECT_TRUE(store.inner().try_get("start/aborted/1", &ack, &found).ok());
+    EXPECT_TRUE(found) << "rank 1 failed without telling the host it may stop serving";
+  }
+}
+
+// Rank 2 comes just as the host gives up on it. Wherever the give-up falls, rank 2's
+// result is the outcome decided in the store: the host's reason when the host decided
+// first (also when it filled rank 2's key before rank 2 could claim it: that is not
+// "claimed by another process"), success when rank 2 saw every rank arrive first (the
+// host then finds the outcome decided and succeeds too).
+TEST(JobStoreTest, LateRankAgreesWithTheDecidedOutcome) {
+  bool saw_failure = false, saw_success = false;
+  for (int after_ops = 1; after_ops <= 7; ++after_ops) {
+    SCOPED_TRACE("the host gives up after rank 2's store operation " + std::to_string(after_ops));
+    HostGivesUpStore store(after_ops, kHostsWhy, {2});
+    const Status s = join_over(&store, 2, {0, 1});
+    if (store.outcome() == "ok") {
+      EXPECT_TRUE(s.ok()) << s.message();
+      saw_success = true;
+    } else {
+      EXPECT_EQ(s.code(), ErrorCode::kPeerFailure) << s.message();
+      EXPECT_EQ(s.message(), std::string(kHostsWhy) + " (reported by rank 0)");
+      saw_failure = true;
+    }
+  }
+  EXPECT_TRUE(saw_failure);
+  EXPECT_TRUE(saw_success);
 }
 
 // The hosting rank's port is taken: an error at once, naming the port and where it came
