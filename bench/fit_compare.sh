@@ -36,7 +36,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 repeat=3 steps=-1 batch=32 build=build only="loop2,fit2,mirrored,ddp2" out=""
-threads=$(($(nproc) / 2))
+# (nproc itself answers OMP_NUM_THREADS when that is set)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+threads=$((cores / 2))
 ((threads >= 1)) || threads=1
 while [ $# -gt 0 ]; do
   case $1 in
@@ -128,7 +130,7 @@ round() {
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
   echo "date: $(date -Is)"
-  echo "CPU: $cpu, $(nproc) CPUs; $threads intra-op thread(s) per worker/replica"
+  echo "CPU: $cpu, $cores CPUs; $threads intra-op thread(s) per worker/replica"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo none)," \
        "$(git status --porcelain -uno 2>/dev/null | grep -c . || true) modified tracked files"
   echo "BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
@@ -138,7 +140,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 for r in $(seq 1 "$repeat"); do round "$r"; done
 
 echo
-"$py" - "$work" "$repeat" "$cpu" "$threads" "$batch" "$steps" <<'PY'
+"$py" - "$work" "$repeat" "$cpu ($cores CPUs)" "$threads" "$batch" "$steps" <<'PY'
 import json, os, statistics, sys
 work, repeat, cpu, threads, batch, steps = sys.argv[1:7]
 repeat = int(repeat)

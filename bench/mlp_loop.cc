@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "kolo/torch.h"
@@ -39,12 +40,16 @@ struct Flags {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::uint64_t seed = 42;
   int threads = 0;  // 0: leave libtorch's default (kolorun's OMP_NUM_THREADS)
+  // 1: also what fit adds per step for its exact global metrics: the step's metric
+  // state (float64) allreduced, submitted before backward and waited for after the
+  // optimizer step (fit.cc's train_step). For attributing fit's cost.
+  bool fit_metrics = false;
 };
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--epochs N] [--steps-per-epoch N] [--batch-size N (global)] "
-               "[--learning-rate X] [--data DIR] [--seed N] [--threads N]\n",
+               "[--learning-rate X] [--data DIR] [--seed N] [--threads N] [--fit-metrics 0|1]\n",
                argv0);
   return 2;
 }
@@ -108,10 +113,20 @@ int run(const Flags& f) {
       opt.zero_grad();
       const torch::Tensor logits = model->forward(xb);
       const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, yb);
+      const double step_loss = loss.item<double>() * static_cast<double>(idx.numel());
+      const double step_correct = logits.detach().argmax(1).eq(yb).sum().item<double>();
+      std::optional<kolo::TorchHandle> metrics;
+      if (f.fit_metrics) {
+        metrics = kolo::allreduce_async(
+            torch::tensor({step_loss, static_cast<double>(idx.numel()), step_correct, 0.0},
+                          torch::kFloat64),
+            {.name = "mlp_loop.metrics", .op = kolo::ReduceOp::kSum});
+      }
       loss.backward();
       opt.step();
-      loss_sum += loss.item<double>() * static_cast<double>(idx.numel());
-      correct += logits.detach().argmax(1).eq(yb).sum().item<double>();
+      if (metrics) (void)metrics->wait();
+      loss_sum += step_loss;
+      correct += step_correct;
       seen += static_cast<double>(idx.numel());
       images += n;
     }
@@ -177,6 +192,8 @@ int main(int argc, char** argv) {
       f.seed = std::stoull(v);
     else if (a == "--threads")
       f.threads = std::stoi(v);
+    else if (a == "--fit-metrics")
+      f.fit_metrics = v == "1";
     else
       return usage(argv[0]);
   }
