@@ -113,10 +113,11 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
     torch::Tensor x = rows(data.x(), idx, dev), y = rows(data.y(), idx, dev);
     torch::Tensor out = m.forward(module, x);
     torch::Tensor per = m.loss->per_example(out, y);
+    const torch::Tensor total = per.sum();
     losses[static_cast<std::size_t>(r)] =
-        per.sum() * (1.0 / static_cast<double>(std::max<std::int64_t>(b, 1)) / replicas);
+        total * (1.0 / static_cast<double>(std::max<std::int64_t>(b, 1)) / replicas);
     auto& st = states[static_cast<std::size_t>(r)];
-    st[0] = per.detach().sum().item<double>();
+    st[0] = total.item<double>();
     st[1] = static_cast<double>(b);
     const torch::Tensor pred = out.detach();
     for (std::size_t i = 0; i < m.metrics.size(); ++i) {

@@ -67,12 +67,13 @@ torch::Tensor sparse_labels(const std::string& who, const torch::Tensor& y_pred,
 }
 
 torch::Tensor class_indices(const std::string& who, const torch::Tensor& y_pred,
-                            const torch::Tensor& y_true) {
+                            const torch::Tensor& y_true, bool check_range) {
   const torch::Tensor labels = sparse_labels(who, y_pred, y_true).to(y_pred.device(), torch::kLong);
   if (labels.numel() == 0) return labels;
   const int64_t classes = y_pred.size(-1);
   if (classes == 0)
     fail_shapes(who, y_pred, y_true, "do not fit: y_pred has no classes (its last dimension is 0)");
+  if (!check_range) return labels;
   const torch::Tensor bounds = torch::stack({labels.min(), labels.max()}).cpu();
   const int64_t lowest = bounds[0].item<int64_t>();
   const int64_t highest = bounds[1].item<int64_t>();

@@ -50,6 +50,6 @@ torch::Tensor sparse_labels(const std::string& who, const torch::Tensor& y_pred,
 // as Keras's cast does), each checked to lie in [0, classes): one device-to-host copy of
 // the smallest and largest label per call.
 torch::Tensor class_indices(const std::string& who, const torch::Tensor& y_pred,
-                            const torch::Tensor& y_true);
+                            const torch::Tensor& y_true, bool check_range = true);
 
 }  // namespace kolo::train::detail
