@@ -262,6 +262,15 @@ TEST(Fit, ErrorsNameTheProblem) {
   model.compile(Adam{}, std::string("sparse_categorical_crossentropy"));
   EXPECT_THROW(model.fit(p.x, p.y.slice(0, 10)), kolo::Error);
   EXPECT_THROW(model.fit(p.x, p.y, {.verbose = 0, .validation_split = 1.5}), kolo::Error);
+  // A label that is no class of the output: the loss names it (on the CPU, gather finds it).
+  torch::Tensor bad = p.y.clone();
+  bad[5] = 7;
+  try {
+    model.fit(p.x, bad, {.verbose = 0});
+    FAIL() << "no error for label 7 of 3 classes";
+  } catch (const kolo::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 7 is not a class"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Fit, CallbacksSeeKerasHookOrderAndStopTraining) {
