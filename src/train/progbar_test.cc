@@ -171,6 +171,7 @@ class FakeHost : public TrainingHost {
 class LoggerTest : public ::testing::Test {
  protected:
   void make(TrainParams params, bool dynamic = true, bool chief = true) {
+    close();  // a second make() in one test starts a new logger on a new stream
     host_ = std::make_unique<FakeHost>(chief);
     out_ = ::open_memstream(&buf_, &size_);
     ProgbarOptions o;
@@ -181,18 +182,23 @@ class LoggerTest : public ::testing::Test {
     logger_->set_host(host_.get());
     logger_->set_params(params);
   }
-  void TearDown() override {
+  void TearDown() override { close(); }
+  void close() {
+    logger_.reset();  // before its stream goes
     if (out_ != nullptr) std::fclose(out_);
     std::free(buf_);
+    out_ = nullptr;
+    buf_ = nullptr;
+    size_ = taken_ = 0;
   }
-  // Everything written so far, and forgets it.
+  // Everything written since the last take(). The stream stays open: the logger holds
+  // it (closing and reopening it here left the logger writing into the freed FILE,
+  // which only worked where malloc happened to hand the new stream the same address;
+  // under ASan take() then saw nothing).
   std::string take() {
     std::fflush(out_);
-    std::string s(buf_, size_);
-    std::fclose(out_);
-    std::free(buf_);
-    buf_ = nullptr;
-    out_ = ::open_memstream(&buf_, &size_);
+    std::string s(buf_ + taken_, size_ - taken_);
+    taken_ = size_;
     return s;
   }
   // One epoch of `steps` batches one second apart (fit's batch logs: running averages).
@@ -211,7 +217,7 @@ class LoggerTest : public ::testing::Test {
   std::unique_ptr<ProgbarLogger> logger_;
   std::FILE* out_ = nullptr;
   char* buf_ = nullptr;
-  size_t size_ = 0;
+  size_t size_ = 0, taken_ = 0;
   double now_ = 100;
 };
 
