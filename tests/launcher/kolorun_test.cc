@@ -278,13 +278,21 @@ TEST_P(KolorunShimSignal, IsBlamedOnThatWorker) {
   RunResult r = p.wait(30);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 128 + sig) << r.err;
-  EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host ")) << r.err;
-  if (sig == SIGKILL) {
+  // Which mpirun reports first is a race on a loaded machine: the shim's signal (kolorun
+  // then gives the host and the signal), or the survivors' exit status 1, after which
+  // mpirun stops the shim without saying how it ended (kolorun then says the shim ended
+  // without reporting). Either way rank 1 is blamed and the status is its signal's.
+  const bool detailed = contains(r.err, "kolorun: rank 1 (host ");
+  const bool unreported = contains(r.err,
+                                   "kolorun: rank 1: its worker shim ended without reporting "
+                                   "(it was killed?)");
+  EXPECT_TRUE(detailed || unreported) << r.err;
+  if (detailed && sig == SIGKILL) {
     EXPECT_TRUE(contains(r.err,
                          ": its worker shim was killed by signal 9 (Killed) before it "
                          "reported"))
         << r.err;
-  } else {
+  } else if (detailed) {
     EXPECT_TRUE(contains(r.err,
                          ") was killed by signal 15 (Terminated) after it was stopped "
                          "from outside the job"))
