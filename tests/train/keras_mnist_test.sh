@@ -73,8 +73,10 @@ backup)
   for _ in $(seq 600); do grep -q '^\[0\] Epoch 3/5' "$work/cut.log" && break; sleep 0.1; done
   sleep 0.5
   victim=""
-  for p in $(pgrep -f "keras_mnist.*--backup-dir $work/backup"); do
-    if tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx 'KOLO_RANK=1'; then victim=$p; fi
+  # The workers are found in /proc (no procps needed): keras_mnist with this backup dir.
+  for d in /proc/[0-9]*; do
+    tr '\0' ' ' < "$d/cmdline" 2> /dev/null | grep -q "keras_mnist .*--backup-dir $work/backup" || continue
+    if tr '\0' '\n' < "$d/environ" 2> /dev/null | grep -qx 'KOLO_RANK=1'; then victim=${d#/proc/}; fi
   done
   [ -n "$victim" ] || { cat "$work/cut.log"; fail "no worker 1 to kill"; }
   grep -q 'Epoch 4/5' "$work/cut.log" && fail "epoch 4 began before the kill (machine too slow?)"
