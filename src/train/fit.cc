@@ -24,6 +24,7 @@
 #include "kolo/kolo.h"
 #include "kolo/train/progbar.h"
 #include "train/model_impl.h"
+#include "train/strategy_impl.h"
 
 namespace kolo::train {
 
@@ -219,32 +220,10 @@ std::vector<double> test_step(Model::Impl& m, const Dataset& data,
 
 namespace {
 
-struct Input {
-  Dataset local;  // what this worker reads
-  AutoShardPolicy policy = AutoShardPolicy::kData;
-  std::int64_t force_steps = -1;
-};
+using Input = WorkerInput;
 
 Input prepare(Model::Impl& m, const Dataset& data, std::int64_t batch, std::int64_t max_steps) {
-  Input in;
-  const int W = m.workers();
-  in.policy = data.auto_shard_policy();
-  if (in.policy == AutoShardPolicy::kAuto) {
-    in.policy = data.file_based() ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
-  }
-  if (W == 1) in.policy = AutoShardPolicy::kData;
-  in.local = data.load_for_worker(m.strategy.worker_index(), W);
-  if (in.policy == AutoShardPolicy::kFile && W > 1) {
-    // Workers hold different amounts: all run as many steps as the longest needs, the
-    // others with empty slices once their data is used up.
-    const std::int64_t per_worker = std::max<std::int64_t>(1, batch / W);
-    std::int64_t steps = (in.local.size() + per_worker - 1) / per_worker;
-    if (max_steps >= 0) steps = std::min(steps, max_steps);
-    torch::Tensor t = torch::tensor({steps}, torch::kInt64);
-    t = kolo::allreduce(t, {.name = m.op_name("steps"), .op = ReduceOp::kMax});
-    in.force_steps = t.item<std::int64_t>();
-  }
-  return in;
+  return load_worker_input(m.strategy, data, batch, max_steps, "train.fit.steps");
 }
 
 EpochPlan plan(const Model::Impl& m, const Input& in, std::int64_t batch, bool shuffle,
@@ -380,8 +359,8 @@ History Model::fit(const Dataset& data_in, FitOptions o) {
     }
     epoch_logs = m.logs_of(total);
     if (validation && validate_at(o, epoch)) {
-      CallbackList quiet = callbacks;  // the same callbacks see the test hooks (Keras)
-      Logs val = run_evaluate(m, *validation, val_batch, o.validation_steps, quiet, "val_");
+      // The same callbacks see the test hooks (Keras).
+      Logs val = run_evaluate(m, *validation, val_batch, o.validation_steps, callbacks, "val_");
       for (const auto& [k, v] : val) epoch_logs.set(k, v);
     }
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, epoch_logs); });

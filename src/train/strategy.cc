@@ -240,31 +240,46 @@ torch::Tensor Strategy::reduce(ReduceOp op, const PerReplica& values,
 
 // --- distribute -------------------------------------------------------------------------
 
+WorkerInput load_worker_input(const Strategy& strategy, const Dataset& data,
+                              std::int64_t global_batch, std::int64_t max_steps,
+                              const std::string& name) {
+  WorkerInput in;
+  const int W = strategy.num_workers();
+  in.policy = data.auto_shard_policy();
+  if (in.policy == AutoShardPolicy::kAuto) {
+    in.policy = data.file_based() ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
+  }
+  if (W == 1) in.policy = AutoShardPolicy::kData;
+  in.local = data.load_for_worker(strategy.worker_index(), W);
+  if (in.policy == AutoShardPolicy::kFile && W > 1) {
+    const std::int64_t per_worker = std::max<std::int64_t>(1, global_batch / W);
+    std::int64_t steps = (in.local.size() + per_worker - 1) / per_worker;
+    if (max_steps >= 0) steps = std::min(steps, max_steps);
+    torch::Tensor t = torch::tensor({steps}, torch::kInt64);
+    in.force_steps = kolo::allreduce(t, {.name = name, .op = ReduceOp::kMax}).item<std::int64_t>();
+  }
+  return in;
+}
+
+// --- distribute (the dataset)
+// -------------------------------------------------------------------------
+
 DistributedDataset Strategy::distribute(const Dataset& dataset, std::int64_t global_batch_size,
                                         const DistributeOptions& options) const {
   DistributedDataset d;
-  AutoShardPolicy policy = dataset.auto_shard_policy();
-  if (policy == AutoShardPolicy::kAuto) {
-    policy = dataset.file_based() ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
-  }
-  if (num_workers() == 1) policy = AutoShardPolicy::kData;
-  d.data_ = dataset.load_for_worker(worker_index(), num_workers());
+  WorkerInput in =
+      load_worker_input(*this, dataset, global_batch_size, -1, "train.distribute.steps");
+  d.data_ = std::move(in.local);
   PlanOptions& o = d.options_;
   o.examples = d.data_.size();
   o.global_batch = global_batch_size;
   o.workers = num_workers();
   o.worker = worker_index();
   o.local_replicas = num_local_replicas();
-  o.policy = policy;
+  o.policy = in.policy;
   o.shuffle = options.shuffle;
   o.seed = options.seed;
-  if (policy == AutoShardPolicy::kFile && num_workers() > 1) {
-    const std::int64_t per_worker = std::max<std::int64_t>(1, global_batch_size / num_workers());
-    torch::Tensor steps =
-        torch::tensor({(o.examples + per_worker - 1) / per_worker}, torch::kInt64);
-    o.force_steps = kolo::allreduce(steps, {.name = "train.distribute.steps", .op = ReduceOp::kMax})
-                        .item<std::int64_t>();
-  }
+  o.force_steps = in.force_steps;
   d.devices_ = devices();
   d.plan_ = plan_epoch(o);
   return d;

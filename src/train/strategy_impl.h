@@ -45,6 +45,19 @@ class ReplicaPool {
   std::vector<std::thread> threads_;
 };
 
+// What one worker reads of a dataset, under its sharding policy (kAuto resolved; kData
+// with one worker), and for kFile with several workers the step count they agree on (the
+// longest worker's; the others run empty slices past their data). Every worker must call
+// it then (one allreduce named `name`). Used by fit and by Strategy::distribute.
+struct WorkerInput {
+  Dataset local;
+  AutoShardPolicy policy = AutoShardPolicy::kData;
+  std::int64_t force_steps = -1;
+};
+WorkerInput load_worker_input(const Strategy& strategy, const Dataset& data,
+                              std::int64_t global_batch, std::int64_t max_steps,
+                              const std::string& name);
+
 struct Strategy::Impl {
   std::string name;
   std::vector<torch::Device> devices;
