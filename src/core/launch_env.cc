@@ -181,23 +181,30 @@ Status detect_torch(const Env& env, LaunchEnv* e) {
 // A chief and workers (ps and evaluator tasks are not in the allreduce world): ranks chief
 // first, then the workers in order; the store at rank 0's address, hosted there. *matched
 // stays false without TF_CONFIG or with an empty cluster (the task runs alone, as in
-// TensorFlow; the next launcher's variables count).
+// TensorFlow; the next launcher's variables count). A ps or evaluator task, and any task
+// of a cluster with ps tasks, is refused after the whole spec was validated: that is
+// parameter-server training, which ParameterServerStrategy runs without kolo::init().
 Status detect_tf_config(const Env& env, LaunchEnv* e, bool* matched) {
   *matched = false;
   if (!has(env, "TF_CONFIG")) return Status::OK();
   TfConfig tf;
   KOLO_RETURN_IF_ERROR(parse_tf_config(value(env, "TF_CONFIG"), &tf));
-  if (tf.task_type == "ps" || tf.task_type == "evaluator") {
+  const bool ps_role = tf.task_type == "ps" || tf.task_type == "evaluator";
+  if (ps_role || !tf.cluster.ps.empty()) {
     const std::vector<std::string>& tasks = *tf.cluster.job(tf.task_type);
     const std::string me = tf.task_type + " " + std::to_string(tf.task_index) +
                            (tasks.empty() ? "" : " (" + tasks[tf.task_index] + ")");
-    return Status(
-        ErrorCode::kUnsupported,
-        "TF_CONFIG: this task is " + me + ": " +
-            (tf.task_type == "ps" ? "parameter-server training is not supported yet (issue 15)"
-                                  : "an evaluator task is not supported yet (issue 15)") +
-            "; kolo runs chief and worker tasks, which together form the allreduce "
-            "world (ps and evaluator tasks are not part of it)");
+    const std::string why =
+        ps_role ? "a " + tf.task_type +
+                      " task is not part of kolo::init()'s allreduce world (only chief and "
+                      "worker tasks are)"
+                : "its cluster has ps tasks (" + std::to_string(tf.cluster.ps.size()) +
+                      "), and a parameter-server cluster is not an allreduce job";
+    return Status(ErrorCode::kUnsupported,
+                  "TF_CONFIG: this task is " + me + ": " + why +
+                      "; run parameter-server training through "
+                      "kolo::train::ParameterServerStrategy, which serves every role of the "
+                      "cluster and does not call kolo::init() (docs/startup.md)");
   }
   if (tf.cluster.empty()) return Status::OK();
   *matched = true;

@@ -7,6 +7,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <tuple>
 
 namespace kolo::core {
 namespace {
@@ -209,22 +210,37 @@ TEST(LaunchEnvTest, TfConfigKeepsTheSecret) {
   EXPECT_EQ(detect_launch_env(env).secret, "abc");
 }
 
-// ps and evaluator tasks are recognised and refused, but only after the whole spec is
-// valid (an invalid spec gets the spec's error).
-TEST(LaunchEnvTest, TfConfigPsAndEvaluatorAreRefusedAfterValidation) {
+// ps and evaluator tasks, and the chief and workers of a cluster with ps tasks, are
+// recognised and refused with the advice to use ParameterServerStrategy, but only after the
+// whole spec is valid (an invalid spec gets the spec's error).
+TEST(LaunchEnvTest, TfConfigPsClustersAreRefusedAfterValidation) {
   const std::string cluster =
       R"({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1", "p:2"], "evaluator": ["e:1"]})";
   Status s = detect_error(tf(cluster, "ps", 1));
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported);
   EXPECT_CONTAINS(s.message(), "ps 1 (p:2)");
-  EXPECT_CONTAINS(s.message(), "parameter-server training is not supported yet");
+  EXPECT_CONTAINS(s.message(), "a ps task is not part of kolo::init()'s allreduce world");
+  EXPECT_CONTAINS(s.message(), "kolo::train::ParameterServerStrategy");
   s = detect_error(tf(cluster, "evaluator", 0));
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported);
   EXPECT_CONTAINS(s.message(), "evaluator 0 (e:1)");
-  EXPECT_CONTAINS(s.message(), "not supported yet");
+  EXPECT_CONTAINS(s.message(), "kolo::train::ParameterServerStrategy");
   // An evaluator may be left out of the cluster (TensorFlow allows it): still refused.
   s = detect_error({{"TF_CONFIG", R"({"task": {"type": "evaluator", "index": 0}})"}});
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported);
+  // The chief and the workers of a ps cluster: not an allreduce job either.
+  for (const auto& [type, index, me] :
+       {std::tuple<const char*, int, const char*>{"chief", 0, "chief 0 (c:1)"},
+        {"worker", 0, "worker 0 (w:1)"}}) {
+    s = detect_error(tf(cluster, type, index));
+    EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << type;
+    EXPECT_CONTAINS(s.message(), me);
+    EXPECT_CONTAINS(s.message(), "its cluster has ps tasks (2)");
+    EXPECT_CONTAINS(s.message(), "does not call kolo::init()");
+  }
+  // Without ps tasks a chief and workers (and an evaluator beside them) are an allreduce job.
+  EXPECT_EQ(detect_launch_env(tf(R"({"chief": ["c:1"], "worker": ["w:1"]})", "worker", 0)).rank,
+            1);
   // The spec first: a ps index out of range is the spec's error.
   s = detect_error(tf(cluster, "ps", 2));
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);

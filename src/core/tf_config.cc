@@ -183,4 +183,36 @@ Status parse_tf_config(const std::string& text, TfConfig* out) {
   return Status::OK();
 }
 
+Status parse_tf_config_from_env(const Env& env, TfConfig* out, bool* present) {
+  const auto it = env.find("TF_CONFIG");
+  *present = it != env.end() && !it->second.empty();
+  if (!*present) {
+    *out = TfConfig{};
+    return Status::OK();
+  }
+  return parse_tf_config(it->second, out);
+}
+
+Status parse_tf_config_from_env(TfConfig* out, bool* present) {
+  return parse_tf_config_from_env(process_env(), out, present);
+}
+
+Status validate_ps_cluster(const TfCluster& cluster) {
+  std::vector<std::string> jobs;
+  for (const char* j : {"chief", "worker", "ps", "evaluator"}) {
+    const auto& tasks = *cluster.job(j);
+    if (!tasks.empty()) jobs.push_back(std::string(j) + " x" + std::to_string(tasks.size()));
+  }
+  const std::string has =
+      " (the cluster has " + (jobs.empty() ? std::string("no tasks") : joined(jobs)) +
+      "): parameter-server training needs at least one \"worker\" and one \"ps\" task";
+  if (cluster.worker.empty()) return InvalidArgument(kNoWorkerMessage + has);
+  if (cluster.ps.empty()) return InvalidArgument(kNoPsMessage + has);
+  return Status::OK();
+}
+
+std::string tf_task_name(const std::string& type, int index) {
+  return "/job:" + type + "/replica:0/task:" + std::to_string(index);
+}
+
 }  // namespace kolo::core

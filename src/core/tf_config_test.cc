@@ -127,3 +127,53 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace kolo::core
+
+namespace kolo::core {
+namespace {
+
+TEST(TfConfigTest, FromTheEnvironment) {
+  TfConfig c;
+  c.task_type = "stale";
+  bool present = true;
+  ASSERT_TRUE(parse_tf_config_from_env(Env{}, &c, &present).ok());
+  EXPECT_FALSE(present);
+  EXPECT_EQ(c.task_type, "");
+  ASSERT_TRUE(parse_tf_config_from_env(Env{{"TF_CONFIG", ""}}, &c, &present).ok());
+  EXPECT_FALSE(present);
+  const Env env = {{"TF_CONFIG", R"({"cluster": {"worker": ["w:1"], "ps": ["p:1"]},
+                                    "task": {"type": "ps", "index": 0}})"}};
+  ASSERT_TRUE(parse_tf_config_from_env(env, &c, &present).ok());
+  EXPECT_TRUE(present);
+  EXPECT_EQ(c.task_type, "ps");
+  EXPECT_EQ(c.cluster.ps, (std::vector<std::string>{"p:1"}));
+  const Status s = parse_tf_config_from_env(Env{{"TF_CONFIG", "{"}}, &c, &present);
+  EXPECT_TRUE(present);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("TF_CONFIG: not valid JSON"), std::string::npos) << s.message();
+}
+
+TEST(TfConfigTest, PsClusterNeedsAWorkerThenAPs) {
+  TfCluster c;
+  c.chief = {"c:1"};
+  Status s = validate_ps_cluster(c);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  // TensorFlow's order: the workers are checked first.
+  EXPECT_EQ(s.message().rfind("There must be at least one worker.", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("the cluster has chief x1"), std::string::npos) << s.message();
+  c.worker = {"w:1", "w:2"};
+  s = validate_ps_cluster(c);
+  EXPECT_EQ(s.message().rfind("There must be at least one ps.", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("chief x1, worker x2"), std::string::npos) << s.message();
+  EXPECT_EQ(validate_ps_cluster(TfCluster{}).message().rfind(kNoWorkerMessage, 0), 0u);
+  c.ps = {"p:1"};
+  EXPECT_TRUE(validate_ps_cluster(c).ok());
+}
+
+TEST(TfConfigTest, TaskNamesAreTensorFlowsDeviceNames) {
+  EXPECT_EQ(tf_task_name("worker", 1), "/job:worker/replica:0/task:1");
+  EXPECT_EQ(tf_task_name("ps", 0), "/job:ps/replica:0/task:0");
+  EXPECT_EQ(tf_task_name("chief", 0), "/job:chief/replica:0/task:0");
+}
+
+}  // namespace
+}  // namespace kolo::core

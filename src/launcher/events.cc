@@ -92,7 +92,7 @@ std::string make_event_token() {
 }
 
 std::string describe_exit(const WorkerExit& e) {
-  std::string s = "rank " + std::to_string(e.rank);
+  std::string s = e.name.empty() ? "rank " + std::to_string(e.rank) : e.name;
   if (!e.host.empty() && e.host != "?") s += " (host " + e.host + ")";
   std::string how;
   if (e.signal != 0) {

@@ -40,6 +40,9 @@ struct WorkerExit {
   // No marker came: the worker's shim itself ended (killed, say) and this report is what
   // mpirun said about it (cause.h); exit_code/signal are then the shim's.
   bool shim_lost = false;
+  // How messages name it: "" for "rank N"; a parameter-server job's task ("worker 1").
+  // Not part of the marker.
+  std::string name = {};
 
   bool failed() const { return signal != 0 || exit_code != 0; }
   // The status a shell would report: the exit code, or 128 + signal.

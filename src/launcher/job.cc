@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -19,6 +20,7 @@
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
+#include "launcher/ps_plan.h"
 
 namespace kolo::launcher {
 namespace {
@@ -45,6 +47,8 @@ struct Worker {
   std::optional<WorkerExit> marker;  // a remote wrapper's report
   std::optional<WorkerExit> exit;    // once its end is known
   std::optional<Clock::time_point> drain_until;
+  int restarts = 0;             // a ps job's worker: times it was started again
+  bool restart_pending = false;  // once its output is drained
 };
 
 // The job's state; owned by kolorun's one thread.
@@ -55,14 +59,21 @@ class Job {
 
  private:
   void say(const std::string& text) { console_.message(2, "kolorun: " + text + "\n"); }
-  void start(Worker* w, const std::vector<std::string>& base_env);
+  // Spawns w's plan; false (after saying why) if it could not be started.
+  bool start(Worker* w);
+  // A worker that could not be started: it ended with status 127.
+  void on_start_failure(Worker* w);
   void on_line(Worker* w, int stream, std::string_view line);
   void on_redraw(Worker* w, int stream, std::string_view text);
   void reap();
   // Once a worker was reaped and its output is in (or its drain time passed): its end.
   void maybe_finish(Worker* w);
   void on_end(Worker* w, WorkerExit e);
-  void publish(const WorkerExit& e);
+  // A parameter-server job's task ended (job.h): name it, restart it, or end the job.
+  void on_task_end(Worker* w, const WorkerExit& e);
+  void say_last_lines(const Worker& w);
+  void maybe_restart(Worker* w);
+  void publish(const WorkerExit& e, const WorkerPlan& plan);
   void decide_cause();
   void on_user_signal(int sig);
   void stop_all();
@@ -73,6 +84,7 @@ class Job {
   int exit_status() const;
 
   const JobOptions& o_;
+  std::map<std::string, std::string> base_env_;  // every local worker's, before its own
   Console console_;
   std::vector<Worker> workers_;
   GroupGuard guard_;
@@ -81,6 +93,7 @@ class Job {
   std::optional<Clock::time_point> cause_deadline_, grace_deadline_, kill_deadline_;
   bool cause_decided_ = false;
   std::optional<WorkerExit> cause_;
+  std::optional<WorkerExit> chief_exit_;  // a parameter-server job's status
   int user_signal_ = 0;
   bool stopping_ = false, killed_ = false;
   bool publish_failed_ = false;
@@ -94,16 +107,21 @@ int Job::run() {
   // becomes kolorun's child, and is ended with the job (end_descendants).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   guard_ = start_group_guard(o_.kill_after_seconds);
-  std::vector<std::string> base_env;
   for (const auto& [name, value] : core::process_env()) {
-    // An outer job's secret must not leak in, nor kolorun's marker token.
-    if (name != kRendezvousSecretVar && name != kTokenVar) base_env.push_back(name + "=" + value);
+    // An outer job's secret must not leak in, nor kolorun's marker token (nor, into a ps
+    // job, an outer job's ranks).
+    if (name == kRendezvousSecretVar || name == kTokenVar) continue;
+    if (o_.parameter_server && is_rank_variable(name)) continue;
+    base_env_[name] = value;
   }
   workers_.resize(o_.workers.size());
+  std::vector<Worker*> not_started;
   for (size_t i = 0; i < workers_.size(); ++i) {
     workers_[i].plan = o_.workers[i];
-    start(&workers_[i], base_env);
+    if (!start(&workers_[i])) not_started.push_back(&workers_[i]);
   }
+  // After every start: an end may stop the job (a ps job's chief), and must reach all.
+  for (Worker* w : not_started) on_start_failure(w);
 
   auto open = [this] {
     for (const Worker& w : workers_) {
@@ -134,6 +152,7 @@ int Job::run() {
     }
     reap();
     for (Worker& w : workers_) maybe_finish(&w);
+    for (Worker& w : workers_) maybe_restart(&w);
     on_deadlines();
   }
   if (!cause_decided_ && cause_deadline_) decide_cause();
@@ -143,12 +162,16 @@ int Job::run() {
   return exit_status();
 }
 
-void Job::start(Worker* w, const std::vector<std::string>& base_env) {
-  std::vector<std::string> env = base_env;
+bool Job::start(Worker* w) {
+  // One entry per name (the worker's own values win over kolorun's environment: getenv
+  // would return the first of two).
+  std::map<std::string, std::string> vars = base_env_;
   if (!w->plan.remote) {
-    for (const auto& [name, value] : w->plan.vars) env.push_back(name + "=" + value);
-    env.push_back(std::string(kRendezvousSecretVar) + "=" + o_.rendezvous_secret);
+    for (const auto& [name, value] : w->plan.vars) vars[name] = value;
+    vars[kRendezvousSecretVar] = o_.rendezvous_secret;
   }
+  std::vector<std::string> env;
+  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
   SpawnOptions spawn;
   spawn.own_process_group = true;
   spawn.parent_death_signal = SIGKILL;  // if kolorun dies, so do its workers
@@ -159,14 +182,9 @@ void Job::start(Worker* w, const std::vector<std::string>& base_env) {
     spawn.stdin_from_dev_null = true;  // in its own group, a tty read would stop it
   }
   if (Status s = spawn_piped(w->plan.argv, spawn, &w->child); !s.ok()) {
-    say("rank " + std::to_string(w->plan.rank) + " (host " + w->plan.host + "): " + s.message());
+    say(worker_name(w->plan) + " (host " + w->plan.host + "): " + s.message());
     w->reaped = true;
-    WorkerExit e;
-    e.rank = w->plan.rank;
-    e.host = w->plan.host;
-    e.exit_code = 127;  // what a shell reports for a program it cannot run
-    on_end(w, e);
-    return;
+    return false;
   }
   w->running = true;
   guard_add(guard_, w->child.pid);
@@ -176,9 +194,18 @@ void Job::start(Worker* w, const std::vector<std::string>& base_env) {
                                                   {kTokenVar, o_.event_token}};
     // Small (far below a pipe's 64 KiB), so this write does not block.
     if (!write_all(w->child.in_fd, secrets_header(secrets))) {
-      say("rank " + std::to_string(w->plan.rank) + ": could not pass the job secret to ssh");
+      say(worker_name(w->plan) + ": could not pass the job secret to ssh");
     }
   }
+  return true;
+}
+
+void Job::on_start_failure(Worker* w) {
+  WorkerExit e;
+  e.rank = w->plan.rank;
+  e.host = w->plan.host;
+  e.exit_code = 127;  // what a shell reports for a program it cannot run
+  on_end(w, e);
 }
 
 void Job::on_line(Worker* w, int stream, std::string_view line) {
@@ -191,7 +218,7 @@ void Job::on_line(Worker* w, int stream, std::string_view line) {
       line = before;  // cannot happen with whole lines; shown rather than lost
     }
   }
-  std::string text = "[" + std::to_string(w->plan.rank) + "] ";
+  std::string text = "[" + worker_label(w->plan) + "] ";
   text.append(line);
   console_.line(stream, w->plan.rank, text);
   w->last_lines.emplace_back(line.substr(0, kMaxRepeatedLine));
@@ -200,7 +227,7 @@ void Job::on_line(Worker* w, int stream, std::string_view line) {
 
 void Job::on_redraw(Worker* w, int stream, std::string_view text) {
   // Not kept in last_lines: only the line it ends as is.
-  std::string shown = "[" + std::to_string(w->plan.rank) + "] ";
+  std::string shown = "[" + worker_label(w->plan) + "] ";
   shown.append(text);
   console_.redraw(stream, w->plan.rank, shown);
 }
@@ -258,8 +285,13 @@ void Job::maybe_finish(Worker* w) {
 
 void Job::on_end(Worker* w, WorkerExit e) {
   e.stop = w->stopped_by_job && e.failed() ? Stop::kByJob : Stop::kNone;
+  if (o_.parameter_server) e.name = worker_name(w->plan);
   w->exit = e;
-  publish(e);
+  publish(e, w->plan);
+  if (o_.parameter_server) {
+    on_task_end(w, e);
+    return;
+  }
   if (!cause_decided_ && cause_weight(e) > 0 && !stopping_) {
     candidates_.push_back(e);
     candidate_lines_.push_back(w->last_lines);
@@ -268,15 +300,81 @@ void Job::on_end(Worker* w, WorkerExit e) {
   if (cause_deadline_ && !cause_decided_ && all_ended()) decide_cause();
 }
 
-void Job::publish(const WorkerExit& e) {
+void Job::on_task_end(Worker* w, const WorkerExit& e) {
+  const bool chief = w->plan.task_type == "chief";
+  if (chief) chief_exit_ = e;
+  if (stopping_) return;  // the job is ending: what follows is its consequence
+  if (chief) {
+    if (e.failed()) {
+      say(exit_sentence(e));
+      say_last_lines(*w);
+    }
+    bool others = false;
+    for (const Worker& other : workers_) others = others || other.running;
+    if (others) say("the chief ended: stopping the other tasks");
+    stop_all();
+    return;
+  }
+  say(exit_sentence(e));  // the job goes on without it: say so, even for a clean exit
+  if (!e.failed()) return;
+  say_last_lines(*w);
+  if (w->plan.task_type != "worker" || o_.max_restarts == 0) return;
+  if (w->restarts < o_.max_restarts) {
+    w->restart_pending = true;
+  } else {
+    say("not restarting " + worker_name(w->plan) + ": it was restarted " +
+        std::to_string(w->restarts) + (w->restarts == 1 ? " time" : " times") +
+        " already (--max-restarts " + std::to_string(o_.max_restarts) + ")");
+  }
+}
+
+void Job::say_last_lines(const Worker& w) {
+  const auto& lines = w.last_lines;
+  if (lines.empty()) return;
+  std::string text = "kolorun: its last " + std::to_string(lines.size()) +
+                     (lines.size() == 1 ? " line" : " lines") + " (stdout and stderr):\n";
+  for (const auto& l : lines) text += "kolorun:   [" + worker_label(w.plan) + "] " + l + "\n";
+  console_.message(2, text);
+}
+
+void Job::maybe_restart(Worker* w) {
+  if (!w->restart_pending) return;
+  if (stopping_) {
+    w->restart_pending = false;
+    return;
+  }
+  // Its old pipes first (what it wrote last belongs before the new run's lines).
+  if (w->output && w->output->open()) {
+    if (Clock::now() < *w->drain_until) return;
+    w->output->finish([&](std::string_view l) { on_line(w, 1, l); },
+                      [&](std::string_view l) { on_line(w, 2, l); });
+    ::kill(-w->child.pid, SIGTERM);
+  }
+  ++w->restarts;
+  say("restarting " + worker_name(w->plan) + " with the same TF_CONFIG (restart " +
+      std::to_string(w->restarts) + " of --max-restarts " + std::to_string(o_.max_restarts) +
+      ")");
+  const int restarts = w->restarts;
+  WorkerPlan plan = std::move(w->plan);
+  *w = Worker{};
+  w->plan = std::move(plan);
+  w->restarts = restarts;
+  if (!start(w)) on_start_failure(w);
+}
+
+void Job::publish(const WorkerExit& e, const WorkerPlan& plan) {
   if (o_.store == nullptr || publish_failed_) return;
-  // The value first: a reader woken by the counter finds the text there.
-  Status s = o_.store->set("launcher/exit/" + std::to_string(e.rank), exit_sentence(e));
+  // The values first: a reader woken by the counter finds the text there.
+  const std::string sentence = exit_sentence(e);
+  Status s = o_.store->set("launcher/exit/" + std::to_string(e.rank), sentence);
+  if (s.ok() && !plan.task_type.empty()) {
+    s = o_.store->set("launcher/task_exit/" + worker_label(plan), sentence);
+  }
   std::int64_t total = 0;
   if (s.ok()) s = o_.store->add("launcher/exits", 1, &total);
   if (!s.ok()) {
     publish_failed_ = true;  // the store is in this process: it will not come back
-    say("warning: could not publish rank " + std::to_string(e.rank) +
+    say("warning: could not publish " + worker_name(plan) +
         "'s end in the job's store: " + s.message());
   }
 }
@@ -386,6 +484,12 @@ void Job::on_deadlines() {
 }
 
 int Job::exit_status() const {
+  if (o_.parameter_server) {
+    // The chief's, unless kolorun was interrupted and stopped it (or it never ended).
+    if (chief_exit_ && chief_exit_->stop != Stop::kByJob) return chief_exit_->status();
+    if (user_signal_ != 0) return 128 + user_signal_;
+    return chief_exit_ ? chief_exit_->status() : 1;
+  }
   if (cause_) return cause_->status();
   if (user_signal_ != 0) return 128 + user_signal_;
   for (const Worker& w : workers_) {
@@ -397,7 +501,8 @@ int Job::exit_status() const {
 }  // namespace
 
 std::string exit_sentence(const WorkerExit& e) {
-  std::string s = "rank " + std::to_string(e.rank) + " (host " + e.host + ")";
+  std::string s =
+      (e.name.empty() ? "rank " + std::to_string(e.rank) : e.name) + " (host " + e.host + ")";
   if (e.shim_lost) {
     return s + ": ssh exited with status " + std::to_string(e.exit_code) +
            " before the worker reported how it ended";

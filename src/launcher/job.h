@@ -40,14 +40,18 @@ struct JobOptions {
   // ("\r" redraws, e.g. a progress bar) are shown as they come (Console in lines.h);
   // otherwise only the last update of each redrawn line is passed on, as a line.
   bool terminal = false;
-  // Where each worker's end is published ("launcher/exit/<rank>", then
-  // "launcher/exits" += 1; docs/rendezvous.md); nullptr: nowhere.
+  // Where each worker's end is published ("launcher/exit/<rank>", for a ps job's task also
+  // "launcher/task_exit/<type>:<index>", then "launcher/exits" += 1; docs/rendezvous.md);
+  // nullptr: nowhere.
   rendezvous::Store* store = nullptr;
+  // A parameter-server job (above); `workers` are its tasks, the chief first.
+  bool parameter_server = false;
+  int max_restarts = 0;  // per worker task, in total
 };
 
 // The text published for a worker's end: "rank 3 (host b) exited with status 1",
 // "rank 3 (host localhost) was killed by signal 9 (SIGKILL)", "rank 3 (host b) exited
-// normally".
+// normally"; a ps job's task is named by e.name: "worker 1 (host b) exited normally".
 std::string exit_sentence(const WorkerExit& e);
 
 // How many of a failed worker's last output lines kolorun repeats when it names it.
@@ -55,7 +59,8 @@ inline constexpr size_t kLastLines = 10;
 
 // Runs the job; returns kolorun's exit status: 0 if every worker exited 0, else the
 // status of the worker named as the cause (exit code or 128 + signal), else 128 +
-// signal when kolorun was interrupted.
+// signal when kolorun was interrupted. A parameter-server job: the chief's status (128 +
+// signal when kolorun was interrupted before the chief ended by itself).
 int run_job(const JobOptions& options);
 
 }  // namespace kolo::launcher

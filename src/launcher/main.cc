@@ -17,10 +17,13 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,7 @@
 #include "launcher/layout.h"
 #include "launcher/lines.h"
 #include "launcher/mpirun_command.h"
+#include "launcher/ps_plan.h"
 #include "launcher/remote_worker.h"
 #include "launcher/shim.h"
 #include "launcher/supervisor.h"
@@ -61,6 +65,15 @@ std::string help_footer() {
        "--grace-seconds to finish or report their own errors (e.g. a peer timeout,\n"
        "KOLO_PEER_TIMEOUT_SECONDS) before the job is stopped; kolorun then exits with the\n"
        "failed worker's status. See docs/launcher.md.\n"
+       "\nParameter-server jobs (--ps N -np M [--evaluator]) start a chief, M workers, N ps\n"
+       "tasks (and an evaluator), packed over the slots in that order, each with a\n"
+       "TF_CONFIG (ports free on this host; on other hosts a random base from 20000 up),\n"
+       "KOLO_TASK_TYPE, KOLO_TASK_INDEX, KOLO_RENDEZVOUS_ADDR, KOLO_RENDEZVOUS_SECRET,\n"
+       "KOLO_HOST_ADDR and KOLO_LOCAL_SIZE (the job's tasks on that host), and no KOLO_RANK\n"
+       "or KOLO_SIZE. Output is prefixed \"[worker:1] \". A failed worker, ps or evaluator\n"
+       "is named and published (launcher/exit/<rank>, launcher/task_exit/<type>:<index>) and\n"
+       "the job goes on (--max-restarts restarts failed workers); when the chief ends, the\n"
+       "others are stopped and kolorun exits with the chief's status.\n"
        "\nkolorun's own settings, from its environment:\n"
        "  KOLO_LAUNCHER_MODE (default: kolorun)\n"
        "      kolorun: start the workers itself; mpi: through mpirun, as --mpi\n"
@@ -77,7 +90,9 @@ class UsageFormatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
     return "\nUsage: kolorun -np N [-H HOST:SLOTS,... | --hostfile FILE] [OPTIONS] [--] PROGRAM "
-           "[ARGS...]\n";
+           "[ARGS...]\n"
+           "       kolorun --ps N -np M [--evaluator] [--max-restarts R] [-H ... | --hostfile "
+           "FILE] [OPTIONS] [--] PROGRAM [ARGS...]\n";
   }
 };
 
@@ -190,6 +205,31 @@ Status address_towards(const std::string& host, std::string* out) {
   return result;
 }
 
+// `n` ports that are free on this host now (bound to port 0 on every interface, all at
+// once so that they differ, then released for the tasks to bind). A task that finds its
+// port taken in between says so itself.
+Status free_local_ports(int n, std::vector<int>* out) {
+  std::vector<int> fds;
+  Status result = Status::OK();
+  for (int i = 0; i < n && result.ok(); ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<struct sockaddr*>(&a), &len) != 0) {
+      result = kolo::InvalidArgument(std::string("cannot find a free port on this host: ") +
+                                     std::strerror(errno));
+    } else {
+      out->push_back(ntohs(a.sin_port));
+    }
+    if (fd >= 0) fds.push_back(fd);
+  }
+  for (int fd : fds) ::close(fd);
+  return result;
+}
+
 std::string current_dir() {
   char buf[PATH_MAX];
   return ::getcwd(buf, sizeof buf) != nullptr ? std::string(buf) : std::string(".");
@@ -266,7 +306,24 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
     }
   }
   launcher::JobOptions job;
-  job.workers = launcher::plan_workers(request, in);
+  if (request.parameter_server()) {
+    auto tasks = launcher::place_ps_tasks(request, names, in.this_host_addr);
+    std::vector<int> ports;
+    if (Status s = free_local_ports(launcher::local_ports_needed(tasks), &ports); !s.ok()) {
+      return fail(s.message());
+    }
+    std::random_device random;
+    const int span = launcher::kRemotePortHigh - launcher::kRemotePortLow -
+                     launcher::ps_task_count(request);
+    const int remote_base =
+        launcher::kRemotePortLow + static_cast<int>(random() % static_cast<unsigned>(span));
+    launcher::assign_ports(ports, remote_base, &tasks);
+    job.workers = launcher::plan_ps_tasks(request, in, tasks);
+    job.parameter_server = true;
+    job.max_restarts = request.max_restarts;
+  } else {
+    job.workers = launcher::plan_workers(request, in);
+  }
   if (own.dry_run) {
     for (const auto& w : job.workers) {
       std::vector<std::string> words = w.argv;
@@ -275,7 +332,8 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
         for (const auto& [name, value] : w.vars) words.push_back(name + "=" + value);
         words.insert(words.end(), w.argv.begin(), w.argv.end());
       }
-      std::cout << "[" << w.rank << "] " << w.host << ": " << launcher::shell_join(words) << "\n";
+      std::cout << "[" << launcher::worker_label(w) << "] " << w.host << ": "
+                << launcher::shell_join(words) << "\n";
     }
     std::cout << std::flush;
     return 0;
@@ -309,7 +367,8 @@ int main(int argc, char** argv) {
     if (a.rfind("-np=", 0) == 0) a = "-" + a;
     if (a == "-n" || a == "--np" || a == "-H" || a == "--hosts" || a == "--hostfile" ||
         a == "--grace-seconds" || a == "--rendezvous-addr" || a == "--ssh-port" ||
-        a == "--ssh-identity-file" || a == "--ssh-config") {
+        a == "--ssh-identity-file" || a == "--ssh-config" || a == "--ps" ||
+        a == "--max-restarts") {
       ++i;  // the option's value
     }
   }
@@ -321,13 +380,24 @@ int main(int argc, char** argv) {
   app.footer(help_footer());
   app.get_formatter()->column_width(28);
 
-  int np = 0;
+  int np = 0, ps = -1, max_restarts = 0;
+  bool evaluator = false;
   std::string host_list, hostfile, rendezvous_addr, ssh_identity_file, ssh_config;
   int ssh_port = 0;
   bool use_mpi = false, dry_run = false;
   double grace_seconds = 5;
-  app.add_option("-n,--np", np, "number of workers, also spelled -np (required, no default; >= 1)")
-      ->required();
+  auto* np_opt = app.add_option(
+      "-n,--np", np, "number of workers, also spelled -np (required, no default; >= 1)");
+  auto* ps_opt = app.add_option(
+      "--ps", ps,
+      "start a parameter-server job: a chief, the -np workers and this many ps tasks, each "
+      "with its TF_CONFIG (default: none, an allreduce job; >= 1)");
+  app.add_flag("--evaluator", evaluator,
+               "with --ps: also start one evaluator task (default: off)");
+  app.add_option("--max-restarts", max_restarts,
+                 "with --ps: how many times in all kolorun restarts each failed worker task, "
+                 "with the same TF_CONFIG (default: 0)")
+      ->type_name("R");
   auto* hosts_opt = app.add_option(
       "-H,--hosts", host_list,
       "hosts and slots, e.g. a:4,b:4 (default: all workers on this host); ranks fill the "
@@ -373,8 +443,19 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  if (ps_opt->count() == 0 && np_opt->count() == 0) {
+    return fail("-np N is required: the number of workers (run kolorun --help for usage)");
+  }
+  if (ps_opt->count() == 0 && (evaluator || max_restarts != 0)) {
+    return fail(std::string(evaluator ? "--evaluator" : "--max-restarts") +
+                " belongs to a parameter-server job: add --ps N (an allreduce job ends at "
+                "its first failure; see docs/launcher.md)");
+  }
   launcher::LaunchRequest request;
   request.np = np;
+  if (ps_opt->count() > 0) request.ps = ps;
+  request.evaluator = evaluator;
+  request.max_restarts = max_restarts;
   request.grace_seconds = grace_seconds;
   request.program = app.remaining();
   if (!request.program.empty() && request.program.front() == "--") {
@@ -392,8 +473,15 @@ int main(int argc, char** argv) {
     }
     request.hosts_source = "hostfile " + hostfile;
   }
-  if (Status s = launcher::validate(request); !s.ok()) return fail(s.message());
-  if (Status s = launcher::check_machine_limits(request, machine_limits(), this_host_names());
+  if (Status s = request.parameter_server() ? launcher::validate_ps_job(request)
+                                             : launcher::validate(request);
+      !s.ok()) {
+    return fail(s.message());
+  }
+  // What runs: every task of a ps job, for the limits and the threads below.
+  launcher::LaunchRequest processes = request;
+  if (request.parameter_server()) processes.np = launcher::ps_task_count(request);
+  if (Status s = launcher::check_machine_limits(processes, machine_limits(), this_host_names());
       !s.ok()) {
     return fail(s.message());
   }
@@ -412,8 +500,13 @@ int main(int argc, char** argv) {
     return fail(std::string(launcher::kLauncherModeVar) + "=" + mode_text +
                 " is not valid: expected kolorun (the default) or mpi");
   }
+  if (request.parameter_server() && (use_mpi || mode_text == "mpi")) {
+    return fail(std::string("--ps runs through kolorun's own launcher, not ") +
+                (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") +
+                ": leave that out (a parameter-server job does not use MPI)");
+  }
   if (!use_mpi && mode_text != "mpi") {
-    launcher::prepare_worker_threads(request, kolo::core::process_env(), this_host_names(),
+    launcher::prepare_worker_threads(processes, kolo::core::process_env(), this_host_names(),
                                      /*announce=*/!dry_run);
     OwnLaunch own;
     own.dry_run = dry_run;

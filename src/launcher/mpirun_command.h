@@ -20,6 +20,12 @@ struct LaunchRequest {
   std::string hosts_source;          // "-H a:2,b:2" or "hostfile f", for messages
   std::vector<std::string> program;  // PROGRAM ARGS...
   double grace_seconds = 5;
+  // A parameter-server job (ps_plan.h): --ps N (-1: not given, an allreduce job of np
+  // workers), --evaluator, --max-restarts R (restarts per failed worker).
+  int ps = -1;
+  bool evaluator = false;
+  int max_restarts = 0;
+  bool parameter_server() const { return ps >= 0; }
 };
 
 // Checks what the command line alone can tell: np >= 1, a program, enough slots.

@@ -57,6 +57,16 @@ std::vector<WorkerPlan> plan_workers(const LaunchRequest& request, const PlanInp
   return plans;
 }
 
+std::string worker_label(const WorkerPlan& p) {
+  if (p.task_type.empty()) return std::to_string(p.rank);
+  return p.task_type + ":" + std::to_string(p.task_index);
+}
+
+std::string worker_name(const WorkerPlan& p) {
+  if (p.task_type.empty()) return "rank " + std::to_string(p.rank);
+  return p.task_type + " " + std::to_string(p.task_index);
+}
+
 std::string remote_shell_command(const std::string& cwd,
                                  const std::map<std::string, std::string>& vars,
                                  const std::string& self_exe,

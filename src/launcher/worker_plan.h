@@ -50,7 +50,16 @@ struct WorkerPlan {
   // Variables set for the worker (not secrets). Local: on top of kolorun's environment.
   // Remote: already on the command line in argv; kept here for --dry-run and tests.
   std::map<std::string, std::string> vars;
+  // A parameter-server job's task (ps_plan.h): "chief", "worker", "ps" or "evaluator"
+  // and its index; "" for a worker of an allreduce job.
+  std::string task_type;
+  int task_index = 0;
 };
+
+// How kolorun names a worker: its output prefix without brackets ("3"; "worker:1" for a
+// ps job's task) and in messages ("rank 3"; "worker 1").
+std::string worker_label(const WorkerPlan& p);
+std::string worker_name(const WorkerPlan& p);
 
 // One plan per rank, in rank order. Requires validate(request) to pass.
 std::vector<WorkerPlan> plan_workers(const LaunchRequest& request, const PlanInputs& in);

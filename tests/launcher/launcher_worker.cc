@@ -4,6 +4,8 @@
 //   lines N BYTES   prints N lines of BYTES each as fast as it can ("R:I:" then 'a'+R)
 //   store           sets "test/<rank>" in the job's store and reads every rank's
 //   watch           waits for the first worker exit kolorun publishes and prints its text
+//   get KEY...      waits (up to 10 s) for each key of the job's store and prints
+//                   "KEY = VALUE" (a ps job's chief reading launcher/task_exit/...)
 //   argv_scan       counts the processes whose command line holds the job's secret
 //   die SIGNAL      kills itself with SIGNAL
 // Not for: anything the kolo runtime does (tests/multiprocess).
@@ -18,6 +20,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rendezvous/tcp_store.h"
 
@@ -105,6 +108,19 @@ int watch() {
   return 0;
 }
 
+int get(const std::vector<std::string>& keys) {
+  std::unique_ptr<TcpStore> s;
+  if (kolo::Status st = connect(&s); !st.ok()) return fail(st.message());
+  for (const auto& key : keys) {
+    std::string value;
+    if (kolo::Status st = s->get(key, kolo::deadline_after(10), &value); !st.ok()) {
+      return fail(st.message());
+    }
+    std::cout << key << " = " << value << std::endl;
+  }
+  return 0;
+}
+
 int argv_scan() {
   const std::string secret = env("KOLO_RENDEZVOUS_SECRET");
   if (secret.size() != 32) return fail("secret of " + std::to_string(secret.size()) + " bytes");
@@ -128,10 +144,12 @@ int main(int argc, char** argv) {
   if (mode == "lines" && argc == 4) return lines(std::atoi(argv[2]), std::atoi(argv[3]));
   if (mode == "store") return store();
   if (mode == "watch") return watch();
+  if (mode == "get" && argc > 2) return get({argv + 2, argv + argc});
   if (mode == "argv_scan") return argv_scan();
   if (mode == "die" && argc == 3) {
     ::raise(std::atoi(argv[2]));
     return 1;
   }
-  return fail("usage: launcher_worker lines N BYTES | store | watch | argv_scan | die SIGNAL");
+  return fail("usage: launcher_worker lines N BYTES | store | watch | get KEY... | argv_scan | die "
+              "SIGNAL");
 }
