@@ -239,8 +239,7 @@ TEST(LaunchEnvTest, TfConfigPsClustersAreRefusedAfterValidation) {
     EXPECT_CONTAINS(s.message(), "does not call kolo::init()");
   }
   // Without ps tasks a chief and workers (and an evaluator beside them) are an allreduce job.
-  EXPECT_EQ(detect_launch_env(tf(R"({"chief": ["c:1"], "worker": ["w:1"]})", "worker", 0)).rank,
-            1);
+  EXPECT_EQ(detect_launch_env(tf(R"({"chief": ["c:1"], "worker": ["w:1"]})", "worker", 0)).rank, 1);
   // The spec first: a ps index out of range is the spec's error.
   s = detect_error(tf(cluster, "ps", 2));
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);

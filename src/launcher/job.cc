@@ -47,7 +47,7 @@ struct Worker {
   std::optional<WorkerExit> marker;  // a remote wrapper's report
   std::optional<WorkerExit> exit;    // once its end is known
   std::optional<Clock::time_point> drain_until;
-  int restarts = 0;             // a ps job's worker: times it was started again
+  int restarts = 0;              // a ps job's worker: times it was started again
   bool restart_pending = false;  // once its output is drained
 };
 
@@ -352,8 +352,7 @@ void Job::maybe_restart(Worker* w) {
   }
   ++w->restarts;
   say("restarting " + worker_name(w->plan) + " with the same TF_CONFIG (restart " +
-      std::to_string(w->restarts) + " of --max-restarts " + std::to_string(o_.max_restarts) +
-      ")");
+      std::to_string(w->restarts) + " of --max-restarts " + std::to_string(o_.max_restarts) + ")");
   const int restarts = w->restarts;
   WorkerPlan plan = std::move(w->plan);
   *w = Worker{};

@@ -20,8 +20,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <string>
@@ -313,8 +313,8 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
       return fail(s.message());
     }
     std::random_device random;
-    const int span = launcher::kRemotePortHigh - launcher::kRemotePortLow -
-                     launcher::ps_task_count(request);
+    const int span =
+        launcher::kRemotePortHigh - launcher::kRemotePortLow - launcher::ps_task_count(request);
     const int remote_base =
         launcher::kRemotePortLow + static_cast<int>(random() % static_cast<unsigned>(span));
     launcher::assign_ports(ports, remote_base, &tasks);
@@ -367,8 +367,7 @@ int main(int argc, char** argv) {
     if (a.rfind("-np=", 0) == 0) a = "-" + a;
     if (a == "-n" || a == "--np" || a == "-H" || a == "--hosts" || a == "--hostfile" ||
         a == "--grace-seconds" || a == "--rendezvous-addr" || a == "--ssh-port" ||
-        a == "--ssh-identity-file" || a == "--ssh-config" || a == "--ps" ||
-        a == "--max-restarts") {
+        a == "--ssh-identity-file" || a == "--ssh-config" || a == "--ps" || a == "--max-restarts") {
       ++i;  // the option's value
     }
   }
@@ -386,14 +385,13 @@ int main(int argc, char** argv) {
   int ssh_port = 0;
   bool use_mpi = false, dry_run = false;
   double grace_seconds = 5;
-  auto* np_opt = app.add_option(
-      "-n,--np", np, "number of workers, also spelled -np (required, no default; >= 1)");
+  auto* np_opt = app.add_option("-n,--np", np,
+                                "number of workers, also spelled -np (required, no default; >= 1)");
   auto* ps_opt = app.add_option(
       "--ps", ps,
       "start a parameter-server job: a chief, the -np workers and this many ps tasks, each "
       "with its TF_CONFIG (default: none, an allreduce job; >= 1)");
-  app.add_flag("--evaluator", evaluator,
-               "with --ps: also start one evaluator task (default: off)");
+  app.add_flag("--evaluator", evaluator, "with --ps: also start one evaluator task (default: off)");
   app.add_option("--max-restarts", max_restarts,
                  "with --ps: how many times in all kolorun restarts each failed worker task, "
                  "with the same TF_CONFIG (default: 0)")
@@ -474,7 +472,7 @@ int main(int argc, char** argv) {
     request.hosts_source = "hostfile " + hostfile;
   }
   if (Status s = request.parameter_server() ? launcher::validate_ps_job(request)
-                                             : launcher::validate(request);
+                                            : launcher::validate(request);
       !s.ok()) {
     return fail(s.message());
   }

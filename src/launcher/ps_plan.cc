@@ -181,9 +181,9 @@ std::vector<WorkerPlan> plan_ps_tasks(const LaunchRequest& r, const PlanInputs& 
       }
       p.argv = r.program;
     } else {
-      p.argv = ssh_argv(t.host, in.ssh_port,
-                        remote_shell_command(in.cwd, p.vars, in.self_exe, r.program),
-                        in.ssh_options);
+      p.argv =
+          ssh_argv(t.host, in.ssh_port,
+                   remote_shell_command(in.cwd, p.vars, in.self_exe, r.program), in.ssh_options);
     }
     plans.push_back(std::move(p));
   }

@@ -76,8 +76,7 @@ int local_ports_needed(const std::vector<PsTask>& tasks);
 // Sets each cluster task's port: this host's tasks take `local_ports` in rank order
 // (kolorun found them free here; needs local_ports_needed of them), each other host's
 // tasks remote_base, remote_base + 1, ... in rank order.
-void assign_ports(const std::vector<int>& local_ports, int remote_base,
-                  std::vector<PsTask>* tasks);
+void assign_ports(const std::vector<int>& local_ports, int remote_base, std::vector<PsTask>* tasks);
 
 // Task i's TF_CONFIG: {"cluster":{"chief":[..],"worker":[..],"ps":[..]},"task":{"type":..,
 // "index":..}} (no "evaluator" job: TensorFlow's evaluator is outside the cluster).

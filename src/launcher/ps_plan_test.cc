@@ -99,9 +99,10 @@ TEST(PsPlan, PortsLocalFromTheProbeRemoteFromTheBasePerHost) {
 TEST(PsPlan, EachTfConfigParsesAndTheyAgreeOnTheCluster) {
   auto tasks = place_ps_tasks(ps_request(2, 2, true), {}, "127.0.0.1");
   assign_ports({5001, 5002, 5003, 5004, 5005}, 25000, &tasks);
-  EXPECT_EQ(ps_tf_config(tasks, 1),
-            R"({"cluster":{"chief":["127.0.0.1:5001"],"worker":["127.0.0.1:5002","127.0.0.1:5003"],)"
-            R"("ps":["127.0.0.1:5004","127.0.0.1:5005"]},"task":{"type":"worker","index":0}})");
+  EXPECT_EQ(
+      ps_tf_config(tasks, 1),
+      R"({"cluster":{"chief":["127.0.0.1:5001"],"worker":["127.0.0.1:5002","127.0.0.1:5003"],)"
+      R"("ps":["127.0.0.1:5004","127.0.0.1:5005"]},"task":{"type":"worker","index":0}})");
   for (size_t i = 0; i < tasks.size(); ++i) {
     core::TfConfig c;
     const Status s = core::parse_tf_config(ps_tf_config(tasks, i), &c);

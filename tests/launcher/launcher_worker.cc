@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
     ::raise(std::atoi(argv[2]));
     return 1;
   }
-  return fail("usage: launcher_worker lines N BYTES | store | watch | get KEY... | argv_scan | die "
-              "SIGNAL");
+  return fail(
+      "usage: launcher_worker lines N BYTES | store | watch | get KEY... | argv_scan | die "
+      "SIGNAL");
 }

@@ -147,18 +147,16 @@ TEST(PsLauncher, TheEvaluatorIsATaskOutsideTheCluster) {
 }
 
 TEST(PsLauncher, OutputIsPrefixedWithTheTaskAndVariablesAreSet) {
-  const RunResult r = run_kolorun(
-      {"--ps", "1", "-np", "2", "sh", "-c",
-       "echo \"type=$KOLO_TASK_TYPE index=$KOLO_TASK_INDEX rank=${KOLO_RANK-unset} "
-       "store=${KOLO_RENDEZVOUS_ADDR%:*} secret=${#KOLO_RENDEZVOUS_SECRET}\"; "
-       "echo err >&2; if [ \"$KOLO_TASK_TYPE\" = chief ]; then sleep 1; fi"},
-      30, {{"KOLO_RANK", "7"}, {"KOLO_SIZE", "8"}});  // an outer job's: not passed on
+  const RunResult r =
+      run_kolorun({"--ps", "1", "-np", "2", "sh", "-c",
+                   "echo \"type=$KOLO_TASK_TYPE index=$KOLO_TASK_INDEX rank=${KOLO_RANK-unset} "
+                   "store=${KOLO_RENDEZVOUS_ADDR%:*} secret=${#KOLO_RENDEZVOUS_SECRET}\"; "
+                   "echo err >&2; if [ \"$KOLO_TASK_TYPE\" = chief ]; then sleep 1; fi"},
+                  30, {{"KOLO_RANK", "7"}, {"KOLO_SIZE", "8"}});  // an outer job's: not passed on
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  for (const char* line :
-       {"[chief:0] type=chief index=0", "[worker:0] type=worker index=0",
-        "[worker:1] type=worker index=1", "[ps:0] type=ps index=0"}) {
-    EXPECT_TRUE(contains(r.out, std::string(line) +
-                                    " rank=unset store=127.0.0.1 secret=32\n"))
+  for (const char* line : {"[chief:0] type=chief index=0", "[worker:0] type=worker index=0",
+                           "[worker:1] type=worker index=1", "[ps:0] type=ps index=0"}) {
+    EXPECT_TRUE(contains(r.out, std::string(line) + " rank=unset store=127.0.0.1 secret=32\n"))
         << line << " in:\n"
         << r.out;
   }
@@ -210,7 +208,8 @@ TEST(PsLauncher, AKilledWorkerDoesNotStopTheJobAndItsEndIsInTheStore) {
   // The chief reads the worker's end from the job's store under both keys, then ends.
   const std::string script =
       "case $KOLO_TASK_TYPE in "
-      "chief) exec " KOLO_LAUNCHER_WORKER " get launcher/task_exit/worker:1 launcher/exit/2;; "
+      "chief) exec " KOLO_LAUNCHER_WORKER
+      " get launcher/task_exit/worker:1 launcher/exit/2;; "
       "worker) if [ $KOLO_TASK_INDEX = 1 ]; then echo dying; kill -9 $$; fi; exec sleep 60;; "
       "*) exec sleep 60;; esac";
   const RunResult r = run_kolorun({"--ps", "1", "-np", "2", "sh", "-c", script}, 30);
@@ -231,22 +230,27 @@ TEST(PsLauncher, MaxRestartsRestartsAFailedWorkerWithTheSameTfConfig) {
   // worker 0 dies on each run, after saving its TF_CONFIG; the chief waits for two runs.
   const std::string script =
       "case $KOLO_TASK_TYPE in "
-      "chief) for i in $(seq 200); do [ $(cat " + d + "/runs 2>/dev/null | wc -l) -ge 2 ] && "
+      "chief) for i in $(seq 200); do [ $(cat " +
+      d +
+      "/runs 2>/dev/null | wc -l) -ge 2 ] && "
       "{ sleep 0.5; exit 0; }; sleep 0.05; done; exit 4;; "
-      "worker) echo run >> " + d + "/runs; echo \"$TF_CONFIG\" >> " + d + "/tf; "
+      "worker) echo run >> " +
+      d + "/runs; echo \"$TF_CONFIG\" >> " + d +
+      "/tf; "
       "exit 7;; *) exec sleep 60;; esac";
   const RunResult r =
       run_kolorun({"--ps", "1", "-np", "1", "--max-restarts", "1", "sh", "-c", script}, 30);
   ASSERT_FALSE(r.timed_out) << r.out << r.err;
   EXPECT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_EQ(count(r.err, "kolorun: worker 0 (host localhost) exited with status 7\n"), 2)
-      << r.err;
-  EXPECT_EQ(count(r.err, "kolorun: restarting worker 0 with the same TF_CONFIG (restart 1 of "
-                         "--max-restarts 1)"),
+  EXPECT_EQ(count(r.err, "kolorun: worker 0 (host localhost) exited with status 7\n"), 2) << r.err;
+  EXPECT_EQ(count(r.err,
+                  "kolorun: restarting worker 0 with the same TF_CONFIG (restart 1 of "
+                  "--max-restarts 1)"),
             1)
       << r.err;
-  EXPECT_TRUE(contains(r.err, "not restarting worker 0: it was restarted 1 time already "
-                              "(--max-restarts 1)"))
+  EXPECT_TRUE(contains(r.err,
+                       "not restarting worker 0: it was restarted 1 time already "
+                       "(--max-restarts 1)"))
       << r.err;
   const auto tf = lines_of(dir.read("tf"));
   ASSERT_EQ(tf.size(), 2u) << dir.read("tf");
