@@ -7,6 +7,7 @@
 // Each test bounds its run time (RunKolorun kills kolorun past its limit).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -69,6 +70,10 @@ class ScratchDir {
     if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
   }
   const std::string& path() const { return path_; }
+  void write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
+    std::ofstream(path_ + "/" + name) << text;
+    ::chmod((path_ + "/" + name).c_str(), mode);
+  }
   std::string read(const std::string& name) const {
     std::ifstream in(path_ + "/" + name);
     std::stringstream s;
@@ -292,6 +297,59 @@ TEST(PsLauncher, AKilledKolorunLeavesNoTaskRunning) {
   ::kill(p.pid(), SIGKILL);
   p.wait(5);
   EXPECT_TRUE(gone_within(pids, 5)) << "a task outlived kolorun";
+}
+
+// Other hosts through a stand-in ssh first on PATH (as own_launcher_test.cc does): it skips
+// its options up to "--", then the host, and runs the command here with sh.
+TEST(PsLauncher, TasksOnOtherHostsGetTheirHostsNameAndPortsFromTheBase) {
+  ScratchDir dir;
+  dir.write("ssh",
+            "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nshift\nexec sh -c \"$1\"\n",
+            0755);
+  const char* path = std::getenv("PATH");
+  const std::map<std::string, std::string> env = {
+      {"PATH", dir.path() + ":" + (path ? path : "/usr/bin:/bin")}};
+  // chief and worker 0 here; worker 1, ps 0 and ps 1 on hostb. Worker 1 is killed on its
+  // first run and restarted there (through ssh and the remote wrapper again).
+  const std::string d = dir.path();
+  const std::string script =
+      "echo \"$TF_CONFIG\"; case $KOLO_TASK_TYPE in "
+      "chief) for i in $(seq 200); do [ -e " +
+      d +
+      "/second ] && { sleep 0.5; exit 0; }; "
+      "sleep 0.05; done; exit 4;; "
+      "worker) if [ $KOLO_TASK_INDEX = 1 ]; then if [ -e " +
+      d + "/first ]; then touch " + d + "/second; else touch " + d +
+      "/first; kill -9 $$; fi; fi; exec sleep 60;; "
+      "*) exec sleep 60;; esac";
+  const RunResult r =
+      run_kolorun({"-H", "localhost:2,hostb:3", "--rendezvous-addr", "127.0.0.1", "--ps", "2",
+                   "-np", "2", "--max-restarts", "1", "sh", "-c", script},
+                  30, env);
+  ASSERT_FALSE(r.timed_out) << r.out << r.err;
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: worker 1 (host hostb) was killed by signal 9 (SIGKILL)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "restarting worker 1 with the same TF_CONFIG")) << r.err;
+  EXPECT_FALSE(contains(r.err, "KOLO_LAUNCHER_EVENT")) << r.err;
+  const auto by_task = tf_configs(r.out);
+  ASSERT_EQ(by_task.count("ps:1"), 1u) << r.out;
+  const core::TfCluster& c = by_task.at("ps:1").cluster;
+  ASSERT_EQ(c.worker.size(), 2u);
+  ASSERT_EQ(c.ps.size(), 2u);
+  EXPECT_EQ(c.chief[0].rfind("127.0.0.1:", 0), 0u) << c.chief[0];
+  EXPECT_EQ(c.worker[0].rfind("127.0.0.1:", 0), 0u) << c.worker[0];
+  // hostb's tasks in rank order: base, base + 1, base + 2.
+  ASSERT_EQ(c.worker[1].rfind("hostb:", 0), 0u) << c.worker[1];
+  const int base = std::atoi(c.worker[1].c_str() + 6);
+  EXPECT_GE(base, 20000);
+  EXPECT_LT(base, 30000);
+  EXPECT_EQ(c.ps[0], "hostb:" + std::to_string(base + 1));
+  EXPECT_EQ(c.ps[1], "hostb:" + std::to_string(base + 2));
+  for (const auto& [label, config] : by_task) {
+    EXPECT_EQ(config.cluster.ps, c.ps) << label;
+    EXPECT_EQ(config.cluster.worker, c.worker) << label;
+  }
 }
 
 TEST(PsLauncher, CommandLineErrors) {
