@@ -45,42 +45,6 @@ void require_labels(const Dataset& d, const char* what) {
   }
 }
 
-// The callbacks of one call: Keras's order (the progress bar first, History last), with
-// the Horovod strategy's metric averaging before everything else.
-struct CallbackList {
-  std::vector<CallbackPtr> all;
-  std::shared_ptr<History> history;
-  void init(TrainingHost* host, const TrainParams& params) {
-    for (auto& c : all) {
-      c->set_host(host);
-      c->set_params(params);
-    }
-  }
-  template <typename F>
-  void each(F&& f) {
-    for (auto& c : all) f(*c);
-  }
-};
-
-CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, bool horovod,
-                            bool history) {
-  CallbackList list;
-  if (horovod) list.all.push_back(std::make_shared<MetricAverage>());
-  bool have_bar = false;
-  for (const auto& c : user) have_bar |= dynamic_cast<ProgbarLogger*>(c.get()) != nullptr;
-  if (verbose != 0 && !have_bar) list.all.push_back(std::make_shared<ProgbarLogger>());
-  for (const auto& c : user) {
-    if (!c) throw Error(ErrorCode::kInvalidArgument, "a callback is null");
-    if (auto h = std::dynamic_pointer_cast<History>(c)) list.history = h;
-    list.all.push_back(c);
-  }
-  if (history && !list.history) {
-    list.history = std::make_shared<History>();
-    list.all.push_back(list.history);
-  }
-  return list;
-}
-
 // The examples of a step for replica r, on its device.
 torch::Tensor rows(const torch::Tensor& t, const torch::Tensor& idx, const torch::Device& d) {
   return t.index_select(0, idx).to(d);
@@ -293,6 +257,7 @@ History Model::fit(const Dataset& data_in, FitOptions o) {
   Impl& m = *impl_;
   require_compiled(m, "fit");
   require_labels(data_in, "fit");
+  if (auto ps = m.strategy.impl_->ps) return fit_with_parameter_servers(*this, m, *ps, data_in, o);
   if (o.epochs < 0 || o.initial_epoch < 0) {
     throw Error(ErrorCode::kInvalidArgument, "fit: epochs and initial_epoch must be >= 0");
   }

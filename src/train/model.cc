@@ -87,6 +87,7 @@ void Model::compile(const OptimizerSpec& optimizer, const LossSpec& loss,
   Impl& m = *impl_;
   m.distributed.reset();  // releases the parameters' names before a new one claims them
   m.optimizer = make_optimizer(optimizer, m.params[0]);
+  m.optimizer_spec = optimizer;
   m.loss = resolve_loss(loss);
   m.metric_specs = metrics;
   m.metrics.clear();

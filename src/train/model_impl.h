@@ -14,8 +14,35 @@
 
 #include "kolo/torch.h"
 #include "kolo/train/model.h"
+#include "kolo/train/parameter_server.h"
 
 namespace kolo::train {
+
+// The callbacks of one call: Keras's order (the progress bar first, History last), with
+// the Horovod strategy's metric averaging before everything else.
+struct CallbackList {
+  std::vector<CallbackPtr> all;
+  std::shared_ptr<History> history;
+  void init(TrainingHost* host, const TrainParams& params) {
+    for (auto& c : all) {
+      c->set_host(host);
+      c->set_params(params);
+    }
+  }
+  template <typename F>
+  void each(F&& f) {
+    for (auto& c : all) f(*c);
+  }
+};
+
+CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, bool horovod,
+                            bool history);
+
+// fit with a ParameterServerStrategy (ps_fit.cc): the chief schedules the steps, workers
+// and ps tasks serve until the chief ends the job.
+History fit_with_parameter_servers(Model& model, Model::Impl& m,
+                                   ParameterServerStrategy::PsImpl& ps, const Dataset& data,
+                                   const FitOptions& o);
 
 struct Model::Impl {
   Impl(Strategy s, Forward f) : strategy(std::move(s)), forward(std::move(f)) {}
@@ -28,6 +55,7 @@ struct Model::Impl {
 
   bool compiled = false;
   std::unique_ptr<torch::optim::Optimizer> optimizer;  // over replica 0's parameters
+  std::optional<OptimizerSpec> optimizer_spec;         // compile()'s (ps tasks apply it)
   // Gradients across workers with one replica per worker (overlapped with backward).
   std::unique_ptr<DistributedOptimizer> distributed;
   LossPtr loss;

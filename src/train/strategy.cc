@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "train/ps_impl.h"
 #include "kolo/error.h"
 #include "kolo/kolo.h"
 #include "kolo/torch.h"
@@ -179,7 +180,11 @@ int Strategy::num_local_replicas() const { return static_cast<int>(impl_->device
 int Strategy::num_workers() const { return impl_->workers; }
 int Strategy::worker_index() const { return impl_->worker; }
 int Strategy::num_replicas_in_sync() const { return num_local_replicas() * impl_->workers; }
-bool Strategy::is_chief() const { return impl_->worker == 0; }
+bool Strategy::is_chief() const {
+  // A parameter-server job's chief is its coordinator task (TensorFlow's "chief" job).
+  if (impl_->ps) return impl_->ps->is_chief();
+  return impl_->worker == 0;
+}
 const CommunicationOptions& Strategy::communication_options() const { return impl_->options; }
 bool Strategy::horovod() const { return impl_->horovod; }
 

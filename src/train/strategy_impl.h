@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kolo/train/parameter_server.h"
 #include "kolo/train/strategy.h"
 
 namespace kolo::train {
@@ -65,6 +66,8 @@ struct Strategy::Impl {
   bool horovod = false;
   CommunicationOptions options;
   std::unique_ptr<ReplicaPool> pool;
+  // ParameterServerStrategy's state (null for the other strategies).
+  std::shared_ptr<ParameterServerStrategy::PsImpl> ps;
 };
 
 }  // namespace kolo::train

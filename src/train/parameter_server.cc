@@ -1,0 +1,775 @@
+// ParameterServerStrategy, ClusterCoordinator and RemoteValue (parameter_server.h) on
+// src/ps: each task's role is served by an RpcServer (a ps task's PsService, a worker's
+// WorkerService), the chief's and workers' PsClient reaches the shards, and the chief's
+// ps::Coordinator schedules steps.
+//
+// Not for: fit's use of the strategy (ps_fit.cc), the wire and the shards (src/ps).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "common/logging.h"
+#include "core/tf_config.h"
+#include "kolo/error.h"
+#include "kolo/torch.h"
+#include "kolo/train/parameter_server.h"
+#include "ps/coordinator.h"
+#include "ps/partition.h"
+#include "ps/ps_service.h"
+#include "ps/rpc.h"
+#include "train/ps_impl.h"
+#include "train/strategy_impl.h"
+
+namespace kolo::train {
+namespace {
+
+void check(const Status& s) { check_status(s); }
+
+std::string task_name(const std::string& type, int index) { return core::tf_task_name(type, index); }
+
+// "host:port" -> where to listen (loopback names bind loopback only; any other host binds
+// every interface, which the job secret guards) and where others connect.
+std::string bind_endpoint(const std::string& address) {
+  const auto colon = address.rfind(':');
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  const bool loopback = host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]";
+  return "tcp://" + std::string(loopback ? "127.0.0.1" : "*") + ":" + port;
+}
+std::string connect_endpoint(const std::string& address) { return "tcp://" + address; }
+
+ps::Partitioner to_ps(const VariablePartitioner& p) {
+  switch (p.kind) {
+    case VariablePartitioner::Kind::kNone:
+      return ps::Partitioner();
+    case VariablePartitioner::Kind::kFixedShards:
+      return ps::Partitioner::fixed_shards(p.shards);
+    case VariablePartitioner::Kind::kMinSize:
+      return ps::Partitioner::min_size(p.bytes, p.shards);
+    case VariablePartitioner::Kind::kMaxSize:
+      return ps::Partitioner::max_size(p.bytes, p.shards);
+  }
+  return ps::Partitioner();
+}
+
+ps::UpdateRule update_rule(const OptimizerSpec& spec) {
+  ps::UpdateRule r;
+  if (const auto* a = std::get_if<Adam>(&spec)) {
+    r.kind = ps::UpdateRule::Kind::kAdam;
+    r.learning_rate = a->learning_rate;
+    r.beta_1 = a->beta_1;
+    r.beta_2 = a->beta_2;
+    r.epsilon = a->epsilon;
+    r.amsgrad = a->amsgrad;
+    r.weight_decay = a->weight_decay;
+  } else if (const auto* s = std::get_if<SGD>(&spec)) {
+    r.kind = ps::UpdateRule::Kind::kSgd;
+    r.learning_rate = s->learning_rate;
+    r.momentum = s->momentum;
+    r.nesterov = s->nesterov;
+    r.weight_decay = s->weight_decay;
+  } else if (const auto* m = std::get_if<RMSprop>(&spec)) {
+    r.kind = ps::UpdateRule::Kind::kRmsprop;
+    r.learning_rate = m->learning_rate;
+    r.rho = m->rho;
+    r.momentum = m->momentum;
+    r.epsilon = m->epsilon;
+    r.centered = m->centered;
+  } else {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ParameterServerStrategy: the optimizer '" + optimizer_name(spec) +
+                    "' is a CustomOptimizer, which cannot run on the ps tasks; use Adam, SGD "
+                    "or RMSprop (their updates run where the variables live)");
+  }
+  return r;
+}
+
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double d = std::strtod(v, &end);
+  return (end != v && d > 0) ? d : fallback;
+}
+
+}  // namespace
+
+void check_status(const Status& s) {
+  if (!s.ok()) throw Error(s.code(), s.message());
+}
+
+// ---------------------------------------------------------------- tensors as bytes
+
+std::string encode_tensor(const torch::Tensor& t) {
+  if (!t.defined()) return std::string();
+  const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+  const auto dtype = static_cast<std::uint8_t>(to_kolo_dtype(c.scalar_type()));
+  const auto dims = static_cast<std::uint8_t>(c.dim());
+  std::string out;
+  out.push_back(static_cast<char>(dtype));
+  out.push_back(static_cast<char>(dims));
+  for (std::int64_t d : c.sizes()) out.append(reinterpret_cast<const char*>(&d), sizeof d);
+  out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  return out;
+}
+
+torch::Tensor decode_tensor(const std::string& bytes) {
+  if (bytes.empty()) return torch::Tensor();
+  if (bytes.size() < 2) throw Error(ErrorCode::kInvalidArgument, "a step's tensor is truncated");
+  const auto dtype = static_cast<DataType>(static_cast<std::uint8_t>(bytes[0]));
+  const int dims = static_cast<std::uint8_t>(bytes[1]);
+  if (static_cast<int>(dtype) >= kNumDataTypes || bytes.size() < 2 + 8 * std::size_t(dims)) {
+    throw Error(ErrorCode::kInvalidArgument, "a step's tensor has a bad header");
+  }
+  std::vector<std::int64_t> shape(dims);
+  std::memcpy(shape.data(), bytes.data() + 2, 8 * std::size_t(dims));
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) throw Error(ErrorCode::kInvalidArgument, "a step's tensor has a negative size");
+    n *= d;
+  }
+  const std::size_t offset = 2 + 8 * std::size_t(dims);
+  if (bytes.size() - offset != std::size_t(n) * dtype_size(dtype)) {
+    throw Error(ErrorCode::kInvalidArgument, "a step's tensor has the wrong number of bytes");
+  }
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(to_torch_dtype(dtype)));
+  std::memcpy(t.data_ptr(), bytes.data() + offset, bytes.size() - offset);
+  return t;
+}
+
+// ---------------------------------------------------------------- ClusterResolver
+
+ClusterResolver::ClusterResolver(ClusterSpec cluster, std::string task_type, int task_index)
+    : cluster_(std::move(cluster)), type_(std::move(task_type)), index_(task_index) {
+  const auto* tasks = type_ == "chief"    ? &cluster_.chief
+                      : type_ == "worker" ? &cluster_.worker
+                      : type_ == "ps"     ? &cluster_.ps
+                      : type_ == "evaluator" ? &cluster_.evaluator
+                                             : nullptr;
+  if (tasks == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ClusterResolver: unknown task type '" + type_ +
+                    "' (the task types are chief, worker, ps and evaluator)");
+  }
+  if (type_ != "evaluator" && (index_ < 0 || index_ >= static_cast<int>(tasks->size()))) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ClusterResolver: task index " + std::to_string(index_) + " is out of range for " +
+                    std::to_string(tasks->size()) + " '" + type_ + "' tasks");
+  }
+}
+
+ClusterResolver ClusterResolver::from_tf_config() {
+  const char* text = std::getenv("TF_CONFIG");
+  if (text == nullptr || *text == '\0') {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ClusterResolver: TF_CONFIG is not set; a parameter-server job needs it in every "
+                "task (kolorun --ps N -np M PROGRAM sets it), or build a ClusterResolver "
+                "from a ClusterSpec");
+  }
+  core::TfConfig tf;
+  check(core::parse_tf_config(text, &tf));  // TensorFlow's validation and messages
+  if (tf.task_type.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ClusterResolver: TF_CONFIG has no \"task\"; every task of a parameter-server "
+                "job needs its type and index");
+  }
+  ClusterSpec c{tf.cluster.chief, tf.cluster.worker, tf.cluster.ps, tf.cluster.evaluator};
+  return ClusterResolver(std::move(c), tf.task_type, tf.task_index);
+}
+
+// ---------------------------------------------------------------- partitioners
+
+VariablePartitioner VariablePartitioner::fixed_shards(int num_shards) {
+  VariablePartitioner p;
+  p.kind = Kind::kFixedShards;
+  p.shards = num_shards;
+  return p;
+}
+VariablePartitioner VariablePartitioner::min_size(std::int64_t min_shard_bytes, int max_shards) {
+  VariablePartitioner p;
+  p.kind = Kind::kMinSize;
+  p.bytes = min_shard_bytes;
+  p.shards = max_shards;
+  return p;
+}
+VariablePartitioner VariablePartitioner::max_size(std::int64_t max_shard_bytes, int max_shards) {
+  VariablePartitioner p;
+  p.kind = Kind::kMaxSize;
+  p.bytes = max_shard_bytes;
+  p.shards = max_shards;
+  return p;
+}
+
+// ---------------------------------------------------------------- the strategy
+
+ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p, ParameterServerOptions o)
+    : resolver(std::move(r)), partitioner(to_ps(p)), options(o) {
+  check(partitioner.validate());
+  const ClusterSpec& c = resolver.cluster_spec();
+  core::TfCluster tc;
+  tc.chief = c.chief;
+  tc.worker = c.worker;
+  tc.ps = c.ps;
+  tc.evaluator = c.evaluator;
+  Status valid = core::validate_ps_cluster(tc);
+  if (!valid.ok()) {
+    throw Error(valid.code(), "ParameterServerStrategy: " + valid.message() +
+                                  " (start with kolorun --ps N -np M PROGRAM, or give TF_CONFIG "
+                                  "a \"worker\" and a \"ps\" job)");
+  }
+  if (c.chief.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ParameterServerStrategy: the cluster has no chief; a parameter-server job's "
+                "coordinator is its \"chief\" task (TensorFlow's rule)");
+  }
+  if (c.chief.size() > 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ParameterServerStrategy: the cluster has " + std::to_string(c.chief.size()) +
+                    " chiefs; a parameter-server job has one coordinator, the chief");
+  }
+  if (options.timeout_seconds <= 0) {
+    options.timeout_seconds = env_seconds("KOLO_PEER_TIMEOUT_SECONDS", 60);
+  }
+  const char* secret_env = std::getenv("KOLO_RENDEZVOUS_SECRET");
+  secret = secret_env != nullptr ? secret_env : "";
+  self = task_name(resolver.task_type(), resolver.task_id());
+  if (resolver.task_type() != "ps") {
+    ps::PsClientOptions co;
+    for (std::size_t i = 0; i < c.ps.size(); ++i) {
+      co.endpoints.push_back(connect_endpoint(c.ps[i]));
+      co.names.push_back(task_name("ps", static_cast<int>(i)));
+    }
+    co.secret = secret;
+    co.self = self;
+    client = std::make_unique<ps::PsClient>(co);
+  }
+}
+
+ParameterServerStrategy::PsImpl::~PsImpl() {
+  if (is_chief()) {
+    coordinator.reset();
+    stop_tasks(deadline_after(std::min(3.0, options.timeout_seconds)));
+  }
+  if (ps_service) ps_service->shutdown();
+  if (server) server->stop();
+}
+
+ps::Coordinator& ParameterServerStrategy::PsImpl::coordinator_for_chief() {
+  if (!is_chief()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ClusterCoordinator: this task is " + self +
+                    "; only the chief coordinates (the other tasks call strategy.join())");
+  }
+  if (!coordinator) {
+    ps::CoordinatorOptions o;
+    const ClusterSpec& c = resolver.cluster_spec();
+    for (std::size_t i = 0; i < c.worker.size(); ++i) {
+      o.worker_endpoints.push_back(connect_endpoint(c.worker[i]));
+      o.worker_names.push_back(task_name("worker", static_cast<int>(i)));
+    }
+    o.secret = secret;
+    o.self = self;
+    o.step_timeout_seconds = options.step_timeout_seconds;
+    o.no_worker_timeout_seconds = options.timeout_seconds;
+    o.ping_timeout_seconds = std::min(5.0, options.timeout_seconds);
+    o.round_size = options.replicas_to_aggregate;
+    coordinator = std::make_unique<ps::Coordinator>(o);
+  }
+  return *coordinator;
+}
+
+void ParameterServerStrategy::PsImpl::sync_learning_rate(double lr) {
+  if (learning_rate_sent < 0) learning_rate_sent = rule.learning_rate;
+  if (lr == learning_rate_sent) return;
+  check(client->set_learning_rate(lr, deadline()));
+  learning_rate_sent = lr;
+}
+
+void ParameterServerStrategy::PsImpl::stop_tasks(Deadline d) {
+  const ClusterSpec& c = resolver.cluster_spec();
+  std::vector<std::pair<std::string, std::string>> tasks;  // endpoint, name
+  for (std::size_t i = 0; i < c.worker.size(); ++i) {
+    tasks.emplace_back(connect_endpoint(c.worker[i]), task_name("worker", static_cast<int>(i)));
+  }
+  for (std::size_t i = 0; i < c.ps.size(); ++i) {
+    tasks.emplace_back(connect_endpoint(c.ps[i]), task_name("ps", static_cast<int>(i)));
+  }
+  std::vector<std::thread> stops;
+  for (const auto& t : tasks) {
+    stops.emplace_back([this, t, d] {
+      ps::RpcClientOptions o;
+      o.endpoint = t.first;
+      o.secret = secret;
+      o.peer = t.second;
+      o.self = self;
+      ps::RpcClient stop(o);
+      ps::Message req{"stop", {}, {}}, reply;
+      Status s = stop.call(req, &reply, d);
+      if (!s.ok()) {
+        KOLO_LOG(kInfo, "ps") << t.second << " was not told to stop: " << s.message();
+      }
+    });
+  }
+  for (std::thread& t : stops) t.join();
+}
+
+Deadline ParameterServerStrategy::PsImpl::deadline() const { return deadline_after(options.timeout_seconds); }
+
+void ParameterServerStrategy::PsImpl::bind(torch::nn::Module& module, const OptimizerSpec& optimizer, bool create) {
+  std::lock_guard<std::mutex> lock(mu);
+  rule = update_rule(optimizer);
+  std::vector<ps::VariableSpec> specs;
+  vars.clear();
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    if (!p.device().is_cpu()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ParameterServerStrategy: the parameter '" + item.key() + "' is on " +
+                      p.device().str() + "; parameter-server training runs on the CPU for now");
+    }
+    if (p.scalar_type() != torch::kFloat && p.scalar_type() != torch::kDouble) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ParameterServerStrategy: the parameter '" + item.key() + "' is " +
+                      std::string(c10::toString(p.scalar_type())) +
+                      "; ps tasks hold float32 and float64 variables");
+    }
+    specs.push_back({item.key(), p.sizes().vec(), to_kolo_dtype(p.scalar_type())});
+    vars.push_back({item.key(), p, {}, false});
+  }
+  // Parameters of sparse Embedding modules.
+  for (const auto& m : module.named_modules("", /*include_self=*/true)) {
+    if (auto* e = m.value()->as<torch::nn::Embedding>()) {
+      if (!e->options.sparse()) continue;
+      const std::string name = m.key().empty() ? "weight" : m.key() + ".weight";
+      for (Variable& v : vars) {
+        if (v.name == name) v.sparse = true;
+      }
+    }
+  }
+  check(ps::place_variables(specs, partitioner, static_cast<int>(resolver.cluster_spec().ps.size()),
+                            &shards));
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    for (Variable& v : vars) {
+      if (v.name == shards[s].variable) v.shards.push_back(static_cast<int>(s));
+    }
+  }
+  pulled.assign(shards.size(), 0);
+  min_version.assign(shards.size(), 0);
+  if (!create) return;
+  for (const Variable& v : vars) {
+    const torch::Tensor c = v.param.detach().contiguous();
+    for (int s : v.shards) {
+      const ps::ShardInfo& info = shards[s];
+      const char* base = static_cast<const char*>(c.data_ptr()) + info.row_begin * info.row_bytes();
+      bool existed = false;
+      check(client->create(info, base, rule, options.replicas_to_aggregate, &existed, deadline()));
+      if (existed) {
+        KOLO_LOG(kInfo, "ps") << "the variable '" << info.variable << "' shard " << info.shard
+                              << " exists on " << client->ps_name(info.ps_task)
+                              << ": its values are kept";
+      }
+    }
+  }
+}
+
+void ParameterServerStrategy::PsImpl::pull(const std::map<std::string, torch::Tensor>& rows) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (vars.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ParameterServerStrategy::pull: no variables; call create_variables first");
+  }
+  for (const auto& r : rows) {
+    auto it = std::find_if(vars.begin(), vars.end(), [&](const Variable& v) { return v.name == r.first; });
+    if (it == vars.end() || !it->sparse) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ParameterServerStrategy::pull: rows were given for '" + r.first +
+                      "', which is not a sparse variable (torch::nn::Embedding with sparse(true))");
+    }
+  }
+  std::vector<ps::Pull> pulls;
+  struct Scatter {
+    torch::Tensor dest_rows;  // global row indices
+    std::string buffer;
+    int pull;
+  };
+  std::vector<Scatter> scatters;
+  pulls.reserve(shards.size());
+  for (Variable& v : vars) {
+    torch::Tensor data = v.param.detach();
+    auto r = rows.find(v.name);
+    torch::Tensor wanted;
+    if (r != rows.end()) wanted = std::get<0>(torch::_unique(r->second.to(torch::kLong).flatten()));
+    for (int s : v.shards) {
+      const ps::ShardInfo& info = shards[s];
+      ps::Pull p;
+      p.shard = &info;
+      p.min_version = min_version[s];
+      if (!wanted.defined()) {
+        p.out = static_cast<char*>(data.data_ptr()) + info.row_begin * info.row_bytes();
+        pulls.push_back(p);
+        continue;
+      }
+      const std::int64_t end = info.row_begin + (info.shape.empty() ? 1 : info.shape[0]);
+      torch::Tensor mine = wanted.masked_select((wanted >= info.row_begin) & (wanted < end));
+      p.whole = false;
+      p.rows.assign(mine.data_ptr<std::int64_t>(), mine.data_ptr<std::int64_t>() + mine.numel());
+      for (auto& x : p.rows) x -= info.row_begin;
+      scatters.push_back({mine, std::string(p.rows.size() * info.row_bytes(), '\0'),
+                          static_cast<int>(pulls.size())});
+      pulls.push_back(p);
+    }
+  }
+  for (Scatter& sc : scatters) pulls[sc.pull].out = sc.buffer.data();
+  check(client->pull(pulls, deadline()));
+  for (std::size_t i = 0; i < pulls.size(); ++i) {
+    const auto s = static_cast<std::size_t>(pulls[i].shard - shards.data());
+    pulled[s] = pulls[i].version;
+  }
+  // Rows fetched into their places.
+  std::size_t k = 0;
+  for (Variable& v : vars) {
+    for (int s : v.shards) {
+      (void)s;
+      if (k < scatters.size() && pulls[scatters[k].pull].shard == &shards[s]) {
+        Scatter& sc = scatters[k++];
+        if (sc.dest_rows.numel() == 0) continue;
+        torch::Tensor data = v.param.detach();
+        std::vector<std::int64_t> row_shape = data.sizes().vec();
+        row_shape[0] = sc.dest_rows.numel();
+        torch::Tensor got = torch::from_blob(sc.buffer.data(), row_shape, data.options());
+        torch::NoGradGuard no_grad;
+        data.index_copy_(0, sc.dest_rows, got);
+      }
+    }
+  }
+}
+
+bool ParameterServerStrategy::PsImpl::push() {
+  std::lock_guard<std::mutex> lock(mu);
+  const bool sync = options.replicas_to_aggregate > 0;
+  std::vector<ps::Push> pushes;
+  std::vector<torch::Tensor> keep;  // owns the bytes pushed
+  for (Variable& v : vars) {
+    torch::Tensor g = v.param.grad();
+    if (!g.defined() && !sync) continue;
+    torch::Tensor dense, indices, values;
+    if (g.defined() && g.is_sparse()) {
+      torch::Tensor c = g.coalesce();
+      indices = c.indices()[0].contiguous();
+      values = c.values().contiguous();
+    } else if (g.defined()) {
+      dense = g.contiguous();
+    } else if (v.sparse) {
+      indices = torch::empty({0}, torch::kLong);
+      values = torch::empty({0}, v.param.options());
+    } else {
+      dense = torch::zeros_like(v.param);
+    }
+    for (int s : v.shards) {
+      const ps::ShardInfo& info = shards[s];
+      ps::Push p;
+      p.shard = &info;
+      p.version = pulled[s];
+      if (dense.defined()) {
+        p.grad = static_cast<const char*>(dense.data_ptr()) + info.row_begin * info.row_bytes();
+        keep.push_back(dense);
+      } else {
+        const std::int64_t end = info.row_begin + (info.shape.empty() ? 1 : info.shape[0]);
+        torch::Tensor mask = (indices >= info.row_begin) & (indices < end);
+        torch::Tensor local = indices.masked_select(mask) - info.row_begin;
+        torch::Tensor vals = values.index({mask}).contiguous();
+        p.whole = false;
+        p.rows.assign(local.data_ptr<std::int64_t>(), local.data_ptr<std::int64_t>() + local.numel());
+        p.grad = vals.data_ptr();
+        keep.push_back(vals);
+      }
+      pushes.push_back(p);
+    }
+  }
+  check(client->push(pushes, deadline()));
+  bool all = true;
+  for (const ps::Push& p : pushes) {
+    const auto s = static_cast<std::size_t>(p.shard - shards.data());
+    if (sync) min_version[s] = pulled[s] + 1;
+    all = all && p.accepted;
+  }
+  for (Variable& v : vars) {
+    if (v.param.grad().defined()) v.param.mutable_grad() = torch::Tensor();
+  }
+  return all;
+}
+
+void ParameterServerStrategy::PsImpl::serve() {
+  const ClusterSpec& c = resolver.cluster_spec();
+  const std::string& type = resolver.task_type();
+  if (type != "ps" && type != "worker") return;
+  const std::string& address = (type == "ps" ? c.ps : c.worker)[resolver.task_id()];
+  ps::RpcServerOptions so;
+  so.endpoint = bind_endpoint(address);
+  so.secret = secret;
+  so.name = self;
+  server = std::make_unique<ps::RpcServer>(so);
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopped = false;
+  if (type == "ps") {
+    ps_service = std::make_unique<ps::PsService>(*server);
+    server->handle("stop", [&](const ps::Message&, ps::Message*, Deadline) {
+      {
+        std::lock_guard<std::mutex> lock(stop_mu);
+        stopped = true;
+      }
+      stop_cv.notify_all();
+      return Status::OK();
+    });
+  } else {
+    worker_service = std::make_unique<ps::WorkerService>(*server);
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& step : steps) {
+      Step fn = step.second;
+      auto run_mu = step_mu;
+      worker_service->register_step(step.first, [fn, run_mu](const std::string& args, std::string* out) {
+        std::lock_guard<std::mutex> one_at_a_time(*run_mu);
+        try {
+          *out = encode_tensor(fn(decode_tensor(args)));
+          return Status::OK();
+        } catch (const Error& e) {
+          return Status(e.code(), e.what());
+        }
+      });
+    }
+  }
+  check(server->start());
+  KOLO_LOG(kInfo, "ps") << self << " serves at " << server->endpoint();
+  // Served until the chief says the job is over; a chief that never does (it died) leaves
+  // the task to its launcher, which stops it when the chief ends.
+  if (type == "worker") {
+    check(worker_service->wait_until_stopped(Deadline::max()));
+  } else {
+    std::unique_lock<std::mutex> lock(stop_mu);
+    stop_cv.wait(lock, [&] { return stopped; });
+  }
+  if (ps_service) ps_service->shutdown();
+  server->stop();
+}
+
+ParameterServerStrategy::ParameterServerStrategy(ClusterResolver resolver,
+                                                 VariablePartitioner partitioner,
+                                                 ParameterServerOptions options)
+    : Strategy(std::make_shared<Strategy::Impl>()) {
+  impl_->name = "parameter_server";
+  impl_->devices = {torch::Device(torch::kCPU)};
+  impl_->workers = 1;  // replicas in one step (TF: num_replicas_in_sync is per worker)
+  impl_->worker = 0;
+  impl_->ps = std::make_shared<PsImpl>(std::move(resolver), partitioner, options);
+  impl_->pool = std::make_unique<ReplicaPool>(1, 0);
+}
+
+ParameterServerStrategy::PsImpl& ParameterServerStrategy::ps_impl() const { return *impl_->ps; }
+
+const std::string& ParameterServerStrategy::task_type() const { return impl_->ps->resolver.task_type(); }
+int ParameterServerStrategy::task_index() const { return impl_->ps->resolver.task_id(); }
+int ParameterServerStrategy::num_ps() const {
+  return static_cast<int>(impl_->ps->resolver.cluster_spec().ps.size());
+}
+int ParameterServerStrategy::num_worker_tasks() const {
+  return static_cast<int>(impl_->ps->resolver.cluster_spec().worker.size());
+}
+const ParameterServerOptions& ParameterServerStrategy::ps_options() const {
+  return impl_->ps->options;
+}
+
+void ParameterServerStrategy::create_variables(torch::nn::Module& module,
+                                               const OptimizerSpec& optimizer) const {
+  ParameterServerStrategy::PsImpl& p = *impl_->ps;
+  if (p.resolver.task_type() == "ps") return;  // a ps task holds what the chief creates
+  p.bind(module, optimizer, /*create=*/p.resolver.task_type() == "chief");
+}
+
+void ParameterServerStrategy::pull(torch::nn::Module& module,
+                                   const std::map<std::string, torch::Tensor>& rows) const {
+  (void)module;  // the parameters bound by create_variables are this module's
+  impl_->ps->pull(rows);
+}
+
+bool ParameterServerStrategy::push(torch::nn::Module& module) const {
+  (void)module;
+  return impl_->ps->push();
+}
+
+void ParameterServerStrategy::set_learning_rate(double learning_rate) const {
+  ParameterServerStrategy::PsImpl& p = *impl_->ps;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.rule.learning_rate = learning_rate;
+  }
+  check(p.client->set_learning_rate(learning_rate, p.deadline()));
+}
+
+void ParameterServerStrategy::register_step(const std::string& name, Step step) const {
+  std::lock_guard<std::mutex> lock(impl_->ps->mu);
+  impl_->ps->steps[name] = std::move(step);
+}
+
+void ParameterServerStrategy::join() const { impl_->ps->serve(); }
+
+std::uint64_t ParameterServerStrategy::push_bytes_sent() const {
+  return impl_->ps->client ? impl_->ps->client->push_bytes_sent() : 0;
+}
+
+// ---------------------------------------------------------------- checkpoints of shards
+
+namespace {
+constexpr char kMagic[] = "kolo-ps-checkpoint-1\n";
+
+void put(std::string& out, const std::string& bytes) {
+  const std::uint64_t n = bytes.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += bytes;
+}
+void put_int(std::string& out, std::int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+
+struct Reader {
+  const std::string& in;
+  std::size_t at;
+  const std::string& path;
+  std::string bytes() {
+    const std::int64_t n = integer();
+    if (n < 0 || in.size() - at < static_cast<std::size_t>(n)) bad();
+    std::string s = in.substr(at, static_cast<std::size_t>(n));
+    at += static_cast<std::size_t>(n);
+    return s;
+  }
+  std::int64_t integer() {
+    if (in.size() - at < 8) bad();
+    std::int64_t v;
+    std::memcpy(&v, in.data() + at, 8);
+    at += 8;
+    return v;
+  }
+  [[noreturn]] void bad() {
+    throw Error(ErrorCode::kInvalidArgument,
+                "restore_checkpoint: '" + path + "' is truncated or damaged");
+  }
+};
+}  // namespace
+
+void ParameterServerStrategy::save_checkpoint(const std::string& path) const {
+  ParameterServerStrategy::PsImpl& p = *impl_->ps;
+  std::lock_guard<std::mutex> lock(p.mu);
+  std::string out = kMagic;
+  put_int(out, static_cast<std::int64_t>(p.shards.size()));
+  for (const ps::ShardInfo& info : p.shards) {
+    ps::ShardState st;
+    check(p.client->read_state(info, &st, p.deadline()));
+    put(out, info.variable);
+    put_int(out, info.shard);
+    put(out, st.values);
+    put_int(out, st.step);
+    put_int(out, st.version);
+    put_int(out, static_cast<std::int64_t>(st.slots.size()));
+    for (const auto& slot : st.slots) {
+      put(out, slot.first);
+      put(out, slot.second);
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    if (!f) throw Error(ErrorCode::kInvalidArgument, "save_checkpoint: cannot write '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "save_checkpoint: cannot rename '" + tmp + "' to '" + path + "'");
+  }
+}
+
+void ParameterServerStrategy::restore_checkpoint(const std::string& path) const {
+  ParameterServerStrategy::PsImpl& p = *impl_->ps;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorCode::kInvalidArgument, "restore_checkpoint: cannot read '" + path + "'");
+  const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (in.rfind(kMagic, 0) != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "restore_checkpoint: '" + path + "' is not a kolo parameter-server checkpoint");
+  }
+  std::lock_guard<std::mutex> lock(p.mu);
+  Reader r{in, sizeof(kMagic) - 1, path};
+  const std::int64_t n = r.integer();
+  if (n != static_cast<std::int64_t>(p.shards.size())) {
+    throw Error(ErrorCode::kMismatch,
+                "restore_checkpoint: '" + path + "' has " + std::to_string(n) + " shards; this job has " +
+                    std::to_string(p.shards.size()) +
+                    " (the partitioner and the model must be the ones it was saved with)");
+  }
+  for (const ps::ShardInfo& info : p.shards) {
+    const std::string variable = r.bytes();
+    const std::int64_t shard = r.integer();
+    if (variable != info.variable || shard != info.shard) {
+      throw Error(ErrorCode::kMismatch, "restore_checkpoint: '" + path + "' holds '" + variable +
+                                            "' shard " + std::to_string(shard) + " where this job has '" +
+                                            info.variable + "' shard " + std::to_string(info.shard));
+    }
+    ps::ShardState st;
+    st.values = r.bytes();
+    st.step = r.integer();
+    st.version = r.integer();
+    const std::int64_t slots = r.integer();
+    for (std::int64_t i = 0; i < slots; ++i) {
+      std::string name = r.bytes();
+      st.slots.emplace_back(std::move(name), r.bytes());
+    }
+    check(p.client->assign_state(info, st, p.deadline()));
+  }
+}
+
+// ---------------------------------------------------------------- the coordinator
+
+struct RemoteValue::Impl {
+  ps::RemoteValue value;
+};
+
+torch::Tensor RemoteValue::fetch() const {
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "RemoteValue: never scheduled");
+  std::string bytes;
+  check(impl_->value.fetch(&bytes));
+  return decode_tensor(bytes);
+}
+bool RemoteValue::ready() const { return impl_ && impl_->value.ready(); }
+int RemoteValue::worker() const { return impl_ ? impl_->value.worker() : -1; }
+int RemoteValue::attempts() const { return impl_ ? impl_->value.attempts() : 0; }
+
+struct ClusterCoordinator::Impl {
+  std::shared_ptr<ParameterServerStrategy::PsImpl> ps;
+  ps::Coordinator* coordinator = nullptr;
+};
+
+ClusterCoordinator::ClusterCoordinator(const ParameterServerStrategy& strategy)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->ps = strategy.impl_->ps;
+  impl_->coordinator = &impl_->ps->coordinator_for_chief();
+}
+
+// The workers and ps tasks are told to stop when the chief's strategy ends (its last
+// handle), so that fit and evaluate may still run after this coordinator.
+ClusterCoordinator::~ClusterCoordinator() = default;
+
+RemoteValue ClusterCoordinator::schedule(const std::string& step, const torch::Tensor& args) {
+  auto v = std::make_shared<RemoteValue::Impl>();
+  check(impl_->coordinator->schedule(step, encode_tensor(args), &v->value));
+  return RemoteValue(v);
+}
+
+void ClusterCoordinator::join() { check(impl_->coordinator->join()); }
+bool ClusterCoordinator::done() const { return impl_->coordinator->done(); }
+int ClusterCoordinator::workers_up() const { return impl_->coordinator->workers_up(); }
+std::int64_t ClusterCoordinator::worker_failures() const {
+  return impl_->coordinator->worker_failures();
+}
+std::int64_t ClusterCoordinator::worker_rejoins() const { return impl_->coordinator->worker_rejoins(); }
+
+}  // namespace kolo::train
