@@ -38,8 +38,9 @@ if(TARGET kolo_torch)
   # kolo::train (kolo/train.h: strategies, Model and fit) sits on kolo::torch: same set.
   if(TARGET kolo_train)
     set_target_properties(kolo_train PROPERTIES EXPORT_NAME train)
-    install(TARGETS kolo_train EXPORT koloTorchTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-    list(APPEND KOLO_INSTALLED_LIBRARIES kolo_train)
+    install(TARGETS kolo_ps kolo_train EXPORT koloTorchTargets
+            ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    list(APPEND KOLO_INSTALLED_LIBRARIES kolo_ps kolo_train)
   else()
     set(kolo_header_excludes PATTERN train.h EXCLUDE PATTERN train EXCLUDE)
   endif()

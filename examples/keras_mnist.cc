@@ -15,6 +15,7 @@
 //              "task":{"type":"worker","index":0}}' build/bin/keras_mnist --strategy multiworker
 //   (and index 1 in a second shell)
 //   build/bin/kolorun -np 2 build/bin/keras_mnist --strategy horovod
+//   build/bin/kolorun --ps 2 -np 2 build/bin/keras_mnist --strategy parameter_server
 // --batch-size is GLOBAL (over every replica of every worker), as in Keras.
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -59,6 +60,13 @@ kt::Strategy make_strategy(const Flags& f) {
   if (f.strategy == "default") return kt::Strategy();
   if (f.strategy == "mirrored") return kt::MirroredStrategy(split(f.devices));
   if (f.strategy == "multiworker") return kt::MultiWorkerMirroredStrategy({}, split(f.devices));
+  if (f.strategy == "parameter_server") {
+    // TensorFlow's advice: MinSizePartitioner with max_shards = the number of ps tasks
+    // (here with 64 KiB shards, so that the first layer's 200 KB spreads over them).
+    const kt::ClusterResolver cluster = kt::ClusterResolver::from_tf_config();
+    const int ps = static_cast<int>(cluster.cluster_spec().ps.size());
+    return kt::ParameterServerStrategy(cluster, kt::VariablePartitioner::min_size(64 << 10, ps));
+  }
   return kt::HorovodStrategy();
 }
 
@@ -89,6 +97,10 @@ int run(const Flags& f) {
   kt::FitOptions fit{.epochs = f.epochs, .batch_size = f.batch_size, .verbose = f.verbose};
   fit.seed = f.seed;
   fit.steps_per_epoch = f.steps_per_epoch;
+  const bool ps = f.strategy == "parameter_server";
+  // Parameter servers: an epoch is a number of steps (one worker's batch each); by default
+  // as many as make one pass over the data.
+  if (ps && fit.steps_per_epoch <= 0) fit.steps_per_epoch = train.size() / f.batch_size;
   fit.callbacks.push_back(throughput);
   if (!f.backup_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<kt::BackupAndRestore>(
@@ -107,6 +119,7 @@ int run(const Flags& f) {
         .initial_lr = f.learning_rate, .warmup_epochs = f.warmup_epochs}));
   }
   kt::History history = model.fit(train, fit);
+  if (ps && !strategy.is_chief()) return 0;  // a worker or ps task: the chief ended the job
   const kt::Logs result = model.evaluate(test, {.batch_size = 1000, .verbose = 0});
   const double accuracy = result.get("accuracy").value_or(0);
   if (strategy.is_chief()) {
@@ -116,8 +129,9 @@ int run(const Flags& f) {
       std::int64_t images = 0;
       for (int e : history.epochs) {
         (void)e;
-        images += f.steps_per_epoch > 0
-                      ? std::min<std::int64_t>(f.steps_per_epoch * f.batch_size, train.size())
+        images += fit.steps_per_epoch > 0
+                      ? (ps ? fit.steps_per_epoch * f.batch_size
+                            : std::min<std::int64_t>(fit.steps_per_epoch * f.batch_size, train.size()))
                       : train.size();
       }
       double parameter_sum = 0;
@@ -148,7 +162,7 @@ int run(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Fashion-MNIST the TensorFlow way: a strategy, compile and fit (kolo::train)"};
-  app.add_option("--strategy", f.strategy, "default, mirrored, multiworker or horovod")
+  app.add_option("--strategy", f.strategy, "default, mirrored, multiworker, horovod or parameter_server (TF_CONFIG, or kolorun --ps N)")
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "mirrored", "multiworker", "horovod"}));
   app.add_option("--devices", f.devices,

@@ -20,6 +20,7 @@
 #include "kolo/train/metrics.h"
 #include "kolo/train/model.h"
 #include "kolo/train/optimizers.h"
+#include "kolo/train/parameter_server.h"
 #include "kolo/train/progbar.h"
 #include "kolo/train/strategy.h"
 #include "kolo/train/summary.h"

@@ -188,17 +188,34 @@ struct Coordinator::Impl {
   std::atomic<std::int64_t> failures{0}, rejoins{0};
   std::vector<std::thread> threads;
   std::int64_t next_seq = 0;  // GUARDED_BY(mu)
+  // Synchronous rounds not yet finished: which workers hold or ran one of their steps.
+  struct Round {
+    std::vector<bool> taken;
+    int finished = 0;
+  };
+  std::map<std::int64_t, Round> rounds;  // GUARDED_BY(mu)
 
-  // The first queued step worker w may take: any, or with rounds one it has not taken a
-  // step of the same round of. REQUIRES(mu)
-  std::deque<Closure>::iterator pick(const std::vector<std::int64_t>& rounds_taken) {
+  // The first queued step worker w may take: any, or with rounds one of a round it has
+  // no step of. REQUIRES(mu)
+  std::deque<Closure>::iterator pick(int w) {
     const int k = options.round_size;
     for (auto it = queue.begin(); it != queue.end(); ++it) {
       if (k <= 0) return it;
-      const std::int64_t round = it->seq / k;
-      if (std::find(rounds_taken.begin(), rounds_taken.end(), round) == rounds_taken.end()) return it;
+      auto r = rounds.find(it->seq / k);
+      if (r == rounds.end() || !r->second.taken[static_cast<std::size_t>(w)]) return it;
     }
     return queue.end();
+  }
+  void mark_round(const Closure& c, int w, bool taken) {  // REQUIRES(mu)
+    if (options.round_size <= 0) return;
+    Round& r = rounds[c.seq / options.round_size];
+    r.taken.resize(up.size(), false);
+    r.taken[static_cast<std::size_t>(w)] = taken;
+  }
+  void round_step_done(const Closure& c) {  // REQUIRES(mu)
+    if (options.round_size <= 0) return;
+    auto r = rounds.find(c.seq / options.round_size);
+    if (r != rounds.end() && ++r->second.finished >= options.round_size) rounds.erase(r);
   }
 
   std::shared_ptr<RpcClient> make_client(int w) const {
@@ -245,7 +262,6 @@ struct Coordinator::Impl {
   void worker_loop(int w) {
     std::shared_ptr<RpcClient> client = make_client(w);
     bool ever_up = false;
-    std::vector<std::int64_t> rounds_taken;  // the last few rounds this worker took a step of
     while (!stopping_now()) {
       // Down (or not yet seen): ping until it answers.
       bool is_up;
@@ -259,7 +275,7 @@ struct Coordinator::Impl {
         if (s.ok()) {
           if (ever_up) {
             rejoins.fetch_add(1);
-            KOLO_LOG(kInfo, "ps") << options.worker_names[w] << " answers again: it takes steps";
+            KOLO_LOG(kWarning, "ps") << options.worker_names[w] << " answers again: it takes steps";
           }
           ever_up = true;
           set_up(w, true, "");
@@ -274,17 +290,14 @@ struct Coordinator::Impl {
         auto it = queue.end();
         cv.wait(lock, [&] {
           if (stopping) return true;
-          it = pick(rounds_taken);
+          it = pick(w);
           return it != queue.end();
         });
         if (stopping) return;
         c = std::move(*it);
         queue.erase(it);
         ++running;
-        if (options.round_size > 0) {
-          rounds_taken.push_back(c.seq / options.round_size);
-          if (rounds_taken.size() > 8) rounds_taken.erase(rounds_taken.begin());
-        }
+        mark_round(c, w, true);
       }
       {
         std::lock_guard<std::mutex> lock(c.state->mu);
@@ -299,9 +312,9 @@ struct Coordinator::Impl {
         {
           std::lock_guard<std::mutex> lock(mu);
           --running;
+          mark_round(c, w, false);  // it did not take part
           queue.push_front(std::move(c));
         }
-        if (options.round_size > 0) rounds_taken.pop_back();  // it did not take part
         set_up(w, false, down);
         client = make_client(w);  // a fresh connection for the rejoin pings
       }
@@ -363,6 +376,7 @@ struct Coordinator::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       --running;
+      round_step_done(c);
       if (!s.ok() && fatal.ok()) {
         fatal = s;
         cancelled.assign(std::make_move_iterator(queue.begin()),

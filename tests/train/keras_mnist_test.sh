@@ -5,7 +5,8 @@
 # TF_CONFIG (which train like kolorun's job); the progress bar shows on the chief only;
 # BackupAndRestore: a worker killed (-9) during epoch 3 of 5, the job relaunched, resumes
 # at epoch 3 and ends within 1% test accuracy of an uninterrupted run.
-# Usage: keras_mnist_test.sh one|mirrored|multiworker|backup KOLORUN KERAS_MNIST
+# Parameter servers: 2 workers and 2 ps tasks, a worker killed and restarted mid-training.
+# Usage: keras_mnist_test.sh one|mirrored|multiworker|backup|ps KOLORUN KERAS_MNIST
 set -uo pipefail
 mode=$1 kolorun=$2 program=$3
 work=$(mktemp -d)
@@ -95,6 +96,34 @@ backup)
   within "$a" "$b" 0.01 && echo "resumed: accuracy $a, uninterrupted $b" ||
     fail "resumed accuracy $a is not within 0.01 of the uninterrupted $b"
   [ -e "$work/backup/backup.ckpt" ] && fail "the backup was not removed at the end"
+  ;;
+ps)
+  # Parameter servers (issue 15): 2 workers, 2 ps tasks, asynchronous; worker 1 is killed
+  # (-9) during epoch 2 and restarted by kolorun (--max-restarts 1): its in-flight step runs
+  # again elsewhere, training finishes, the restarted worker rejoins, the accuracy holds.
+  timeout 500 "$kolorun" --ps 2 -np 2 --max-restarts 1 "$program" --strategy parameter_server \
+    --verbose 2 --summary-json "$work/ps.json" > "$work/ps.log" 2>&1 &
+  job=$!
+  pids+=($job)
+  for _ in $(seq 1200); do grep -q '^\[chief:0\] Epoch 1/5' "$work/ps.log" && break; sleep 0.1; done
+  sleep 3
+  victim=""
+  for d in /proc/[0-9]*; do
+    tr '\0' ' ' < "$d/cmdline" 2> /dev/null | grep -q "keras_mnist .*--summary-json $work/ps.json" || continue
+    if tr '\0' '\n' < "$d/environ" 2> /dev/null | grep -qx 'KOLO_TASK_TYPE=worker' &&
+       tr '\0' '\n' < "$d/environ" 2> /dev/null | grep -qx 'KOLO_TASK_INDEX=1'; then victim=${d#/proc/}; fi
+  done
+  [ -n "$victim" ] || { cat "$work/ps.log"; fail "no worker 1 to kill"; }
+  grep -q 'Epoch 5/5' "$work/ps.log" && fail "the job was at epoch 5 before the kill (machine too slow?)"
+  kill -9 "$victim"
+  wait "$job" || { cat "$work/ps.log"; fail "the job failed after worker 1 was killed"; }
+  pids=()
+  cat "$work/ps.log"
+  check_accuracy "$work/ps.json" "kolorun --ps 2 -np 2, a worker killed and restarted"
+  grep -q 'worker 1 .*was killed by signal 9' "$work/ps.log" || fail "kolorun did not report the kill"
+  grep -q 'is down' "$work/ps.log" || fail "the chief did not notice the lost worker"
+  grep -q '/job:worker/replica:0/task:1 answers again' "$work/ps.log" || fail "the restarted worker did not rejoin"
+  if grep -E '^\[(worker|ps):' "$work/ps.log" | grep -q 'Epoch'; then fail "a worker printed the epoch log"; fi
   ;;
 *) fail "unknown mode $mode" ;;
 esac

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Parameter-server jobs through kolorun --ps (tests/ps/ps_job.cc says what each mode checks).
+#   ps_job_test.sh MODE KOLORUN PS_JOB
+# Prints PASS or FAIL: lines (ctest reads them).
+set -uo pipefail
+mode=$1 kolorun=$2 job=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+log=$dir/log
+
+# The pid a task printed as "<type> <index> pid N" (kolorun prefixes "[type:index] ").
+pid_of() {
+  local what=$1
+  for _ in $(seq 1 600); do
+    local p
+    p=$(sed -n "s/.*\] $what pid \([0-9]*\).*/\1/p" "$log" | tail -1)
+    if [ -n "$p" ]; then echo "$p"; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+wait_for() {  # a line in the log, bounded
+  for _ in $(seq 1 900); do grep -q "$1" "$log" && return 0; sleep 0.1; done
+  return 1
+}
+
+case $mode in
+  sync_sgd|sync_adam)
+    "$kolorun" --ps 2 -np 2 "$job" sync "${mode#sync_}" >"$log" 2>&1
+    status=$?
+    cat "$log"
+    [ $status -eq 0 ] && grep -q "PASS sync" "$log" && echo PASS || echo "FAIL: status $status"
+    ;;
+  sync3)
+    "$kolorun" --ps 1 -np 3 "$job" sync sgd >"$log" 2>&1
+    status=$?
+    cat "$log"
+    [ $status -eq 0 ] && grep -q "PASS sync" "$log" && echo PASS || echo "FAIL: status $status"
+    ;;
+  sparse)
+    "$kolorun" --ps 2 -np 2 "$job" sparse >"$log" 2>&1
+    status=$?
+    cat "$log"
+    [ $status -eq 0 ] && grep -q "PASS sparse" "$log" && echo PASS || echo "FAIL: status $status"
+    ;;
+  faults)
+    "$kolorun" --ps 1 -np 2 --max-restarts 1 "$job" faults 300 >"$log" 2>&1 &
+    launcher=$!
+    pid=$(pid_of "worker 1") || { cat "$log"; echo "FAIL: worker 1 never started"; exit 0; }
+    sleep 2
+    kill -9 "$pid"
+    wait $launcher
+    status=$?
+    cat "$log"
+    grep -q "was killed by signal 9" "$log" || echo "FAIL: kolorun did not report the kill"
+    [ $status -eq 0 ] && grep -q "PASS faults" "$log" && echo PASS || echo "FAIL: status $status"
+    ;;
+  ps_kill)
+    export KOLO_PEER_TIMEOUT_SECONDS=5
+    "$kolorun" --ps 2 -np 2 "$job" checkpoint "$dir" >"$log" 2>&1 &
+    launcher=$!
+    pid=$(pid_of "ps 1") || { cat "$log"; echo "FAIL: ps 1 never started"; exit 0; }
+    wait_for checkpointed || { cat "$log"; echo "FAIL: no checkpoint"; kill $launcher; exit 0; }
+    kill -9 "$pid"
+    t0=$(date +%s%N)
+    wait $launcher
+    status=$?
+    took_ms=$((($(date +%s%N) - t0) / 1000000))
+    cat "$log"
+    echo "the chief ended $took_ms ms after the ps task was killed (bound: 5 s + a step)"
+    [ $status -eq 3 ] || echo "FAIL: status $status, not the chief's 3"
+    grep -q "chief: .*/job:ps/replica:0/task:1" "$log" || echo "FAIL: the chief's error does not name the dead ps task"
+    [ "$took_ms" -lt 15000 ] || echo "FAIL: the chief took $took_ms ms"
+    unset KOLO_PEER_TIMEOUT_SECONDS
+    # A new job restores the chief's last checkpoint.
+    "$kolorun" --ps 2 -np 2 "$job" restore "$dir" >"$log" 2>&1
+    status=$?
+    cat "$log"
+    [ $status -eq 0 ] && grep -q "PASS restore" "$log" && echo PASS || echo "FAIL: restore status $status"
+    ;;
+  *) echo "FAIL: unknown mode $mode"; exit 2 ;;
+esac
