@@ -20,7 +20,9 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -60,13 +62,6 @@ kt::Strategy make_strategy(const Flags& f) {
   if (f.strategy == "default") return kt::Strategy();
   if (f.strategy == "mirrored") return kt::MirroredStrategy(split(f.devices));
   if (f.strategy == "multiworker") return kt::MultiWorkerMirroredStrategy({}, split(f.devices));
-  if (f.strategy == "parameter_server") {
-    // TensorFlow's advice: MinSizePartitioner with max_shards = the number of ps tasks
-    // (here with 64 KiB shards, so that the first layer's 200 KB spreads over them).
-    const kt::ClusterResolver cluster = kt::ClusterResolver::from_tf_config();
-    const int ps = static_cast<int>(cluster.cluster_spec().ps.size());
-    return kt::ParameterServerStrategy(cluster, kt::VariablePartitioner::min_size(64 << 10, ps));
-  }
   return kt::HorovodStrategy();
 }
 
@@ -82,7 +77,15 @@ struct Throughput : kt::Callback {
 
 int run(const Flags& f) {
   if (f.threads > 0) torch::set_num_threads(f.threads);
-  kt::Strategy strategy = make_strategy(f);
+  std::optional<kt::ParameterServerStrategy> pss;
+  if (f.strategy == "parameter_server") {
+    // TensorFlow's advice: MinSizePartitioner with max_shards = the number of ps tasks
+    // (here with 64 KiB shards, so that the first layer's 200 KB spreads over them).
+    const kt::ClusterResolver cluster = kt::ClusterResolver::from_tf_config();
+    const int num_ps = static_cast<int>(cluster.cluster_spec().ps.size());
+    pss.emplace(cluster, kt::VariablePartitioner::min_size(64 << 10, num_ps));
+  }
+  kt::Strategy strategy = pss ? kt::Strategy(*pss) : make_strategy(f);
   torch::manual_seed(f.seed);
   kt::Model model(kt::Sequential({kt::Dense(64, "relu", 784), kt::Dense(10)}), strategy);
   model.compile(kt::Adam{.learning_rate = f.learning_rate},
@@ -117,6 +120,20 @@ int run(const Flags& f) {
   if (f.warmup_epochs > 0) {
     fit.callbacks.push_back(std::make_shared<kt::LearningRateWarmup>(kt::LearningRateWarmupOptions{
         .initial_lr = f.learning_rate, .warmup_epochs = f.warmup_epochs}));
+  }
+  if (pss && pss->task_type() == "evaluator") {
+    // TensorFlow's sidecar evaluator: each checkpoint the chief writes, on the test data.
+    if (f.checkpoint.empty()) {
+      std::fprintf(stderr, "keras_mnist: the evaluator task needs --checkpoint DIR/FILE\n");
+      return 2;
+    }
+    const std::string dir = std::filesystem::path(f.checkpoint).parent_path().string();
+    kt::SidecarEvaluator evaluator(model, test,
+                                   {.checkpoint_dir = dir.empty() ? "." : dir,
+                                    .batch_size = 1000,
+                                    .max_evaluations = f.epochs});
+    evaluator.start();
+    return 0;
   }
   kt::History history = model.fit(train, fit);
   if (ps && !strategy.is_chief()) return 0;  // a worker or ps task: the chief ended the job

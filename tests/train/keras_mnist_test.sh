@@ -101,7 +101,10 @@ ps)
   # Parameter servers (issue 15): 2 workers, 2 ps tasks, asynchronous; worker 1 is killed
   # (-9) during epoch 2 and restarted by kolorun (--max-restarts 1): its in-flight step runs
   # again elsewhere, training finishes, the restarted worker rejoins, the accuracy holds.
-  timeout 500 "$kolorun" --ps 2 -np 2 --max-restarts 1 "$program" --strategy parameter_server \
+  # With an evaluator task: TensorFlow's sidecar evaluator over the chief's checkpoints.
+  mkdir -p "$work/ckpt"
+  timeout 500 "$kolorun" --ps 2 -np 2 --evaluator --max-restarts 1 "$program" \
+    --strategy parameter_server --checkpoint "$work/ckpt/ckpt-{epoch}" \
     --verbose 2 --summary-json "$work/ps.json" > "$work/ps.log" 2>&1 &
   job=$!
   pids+=($job)
@@ -124,6 +127,8 @@ ps)
   grep -q 'is down' "$work/ps.log" || fail "the chief did not notice the lost worker"
   grep -q '/job:worker/replica:0/task:1 answers again' "$work/ps.log" || fail "the restarted worker did not rejoin"
   if grep -E '^\[(worker|ps):' "$work/ps.log" | grep -q 'Epoch'; then fail "a worker printed the epoch log"; fi
+  grep -q '^\[evaluator:0\] Evaluated checkpoint .*ckpt-.*accuracy' "$work/ps.log" ||
+    fail "the evaluator evaluated no checkpoint" 
   ;;
 *) fail "unknown mode $mode" ;;
 esac

@@ -37,6 +37,8 @@
 
 #include <torch/torch.h>
 
+#include "kolo/train/data.h"
+#include "kolo/train/logs.h"
 #include "kolo/train/optimizers.h"
 #include "kolo/train/strategy.h"
 
@@ -187,6 +189,35 @@ class ClusterCoordinator {
   int workers_up() const;
   std::int64_t worker_failures() const;
   std::int64_t worker_rejoins() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class Model;
+
+struct SidecarEvaluatorOptions {
+  // Where the chief's ModelCheckpoint writes (every regular file there is a checkpoint).
+  std::string checkpoint_dir;
+  std::int64_t steps = -1;       // evaluate()'s steps per checkpoint (-1: all the data)
+  std::int64_t batch_size = 32;  // evaluate()'s
+  // Stop after this many evaluations (-1: until the process is stopped, as TensorFlow's).
+  int max_evaluations = -1;
+  double poll_seconds = 1;  // how often the directory is looked at
+};
+
+// tf.keras.utils.SidecarEvaluator, for the evaluator task of a parameter-server job: it
+// evaluates each new checkpoint the chief writes (the newest not yet evaluated: like
+// TensorFlow's, it may skip some when the chief writes faster) and prints one line a
+// checkpoint, "Evaluated checkpoint PATH: loss 0.41 - accuracy 0.86".
+class SidecarEvaluator {
+ public:
+  SidecarEvaluator(Model& model, const Dataset& data, SidecarEvaluatorOptions options);
+  ~SidecarEvaluator();
+  // Runs until max_evaluations (or forever); returns the logs of every evaluation.
+  std::vector<Logs> start();
 
   struct Impl;
 
