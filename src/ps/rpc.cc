@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -38,6 +39,7 @@ constexpr const char* kZapDomain = "kolo";
 // A connection must finish its handshake (and authentication) within this, as a TCP
 // store client must send its hello (docs/rendezvous.md).
 constexpr int kHandshakeMs = 10000;
+constexpr std::int64_t kMaxDeadlineMs = std::int64_t{7} * 24 * 3600 * 1000;
 // How long stop() waits for running handlers before leaving them behind.
 constexpr auto kStopWait = std::chrono::seconds(10);
 
@@ -215,8 +217,10 @@ void RpcServer::Impl::on_request(std::vector<zmq::message_t>& frames) {
   WireHeader h;
   Message m;
   Status s = decode_message(views, options.max_message_bytes, &h, &m);
-  if (s.ok() && h.kind != WireKind::kRequest)
+  if (s.ok() && h.kind != WireKind::kRequest) {
     s = InvalidArgument("rpc message: a reply sent to a server");
+  }
+  if (!s.ok()) s = InvalidArgument(options.name + ": " + s.message());
   Handler handler;
   if (s.ok()) {
     const auto it = handlers.find(h.method);
@@ -238,7 +242,7 @@ void RpcServer::Impl::on_request(std::vector<zmq::message_t>& frames) {
     if (views[0].size() >= 16 && (std::memcpy(&magic, views[0].data(), 4), magic == kWireMagic)) {
       std::uint64_t id = 0;
       std::memcpy(&id, views[0].data() + 8, 8);
-      answer_error(frames[0], id, InvalidArgument(options.name + ": " + s.message()));
+      answer_error(frames[0], id, s);
     }
     return;
   }
@@ -249,7 +253,9 @@ void RpcServer::Impl::on_request(std::vector<zmq::message_t>& frames) {
   bytes_total.fetch_add(total);
   // The handler gets a little less than the caller has left, so that its error (a pull
   // that waited in vain) reaches the caller before the caller gives up.
-  const auto left = std::chrono::milliseconds(std::max<std::int64_t>(0, h.deadline_ms));
+  // (At most a week: a caller's Deadline::max() must not overflow the clock here.)
+  const auto left =
+      std::chrono::milliseconds(std::clamp<std::int64_t>(h.deadline_ms, 0, kMaxDeadlineMs));
   const auto margin = std::min<Clock::duration>(left / 4, std::chrono::milliseconds(100));
   Task task{std::move(frames[0]), h.request_id, std::move(m), Clock::now() + left - margin,
             std::move(handler)};

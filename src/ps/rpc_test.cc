@@ -183,6 +183,14 @@ TEST(RpcTest, DeadlinePassesLateReplyIsDroppedNextCallWorks) {
   EXPECT_EQ(n, 7);
 }
 
+TEST(RpcTest, AnUnboundedDeadlineWorks) {
+  Served s;
+  RpcClient c(s.client_options());
+  Message req{"echo"}, reply;
+  req.fields.set("n", std::int64_t{1});
+  EXPECT_TRUE(c.call(req, &reply, Deadline::max()).ok());
+}
+
 TEST(RpcTest, NobodyListeningFailsAtTheDeadline) {
   RpcClient c({.endpoint = "tcp://127.0.0.1:1",
                .secret = "x",
