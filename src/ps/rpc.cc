@@ -295,7 +295,11 @@ void RpcServer::Impl::worker_loop(std::shared_ptr<Pool> pool, std::string name) 
       std::vector<zmq::message_t> frames = encode_frames(h, reply);
       frames.insert(frames.begin(), std::move(task.identity));
       std::lock_guard<std::mutex> rl(pool->reply_mu);
-      if (pool->reply_push) zmq::send_multipart(*pool->reply_push, frames);
+      if (pool->reply_push && !zmq::send_multipart(*pool->reply_push, frames)) {
+        KOLO_LOG(kError, "ps") << name << ": the I/O thread took no reply for "
+                               << rpc_detail::kHandOverMs << " ms; dropped the reply to '"
+                               << task.request.method << "'";
+      }
     } catch (const zmq::error_t& e) {
       KOLO_LOG(kError, "ps") << name << ": could not hand a reply to the I/O thread: " << e.what();
     }
@@ -357,6 +361,7 @@ Status RpcServer::start() {
     d.reply_pull->bind("inproc://kolo-ps-replies");
     d.pool->reply_push = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::push);
     d.pool->reply_push->set(zmq::sockopt::linger, 0);
+    d.pool->reply_push->set(zmq::sockopt::sndtimeo, rpc_detail::kHandOverMs);
     d.pool->reply_push->connect("inproc://kolo-ps-replies");
     d.router = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::router);
     d.router->set(zmq::sockopt::linger, 0);

@@ -170,6 +170,7 @@ RpcClient::RpcClient(RpcClientOptions options) : impl_(std::make_unique<Impl>(st
     d.pull->bind("inproc://kolo-ps-requests");
     d.push = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::push);
     d.push->set(zmq::sockopt::linger, 0);
+    d.push->set(zmq::sockopt::sndtimeo, rpc_detail::kHandOverMs);
     d.push->connect("inproc://kolo-ps-requests");
     d.dealer = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::dealer);
     d.dealer->set(zmq::sockopt::linger, 0);
@@ -241,8 +242,13 @@ Status RpcClient::call(const Message& request, Message* reply, Deadline deadline
     std::size_t n = 0;
     for (const auto& f : frames) n += f.size();
     std::lock_guard<std::mutex> lock(d.send_mu);
-    zmq::send_multipart(*d.push, frames);
-    d.bytes_sent.fetch_add(n);
+    if (zmq::send_multipart(*d.push, frames)) {
+      d.bytes_sent.fetch_add(n);
+    } else {
+      sent =
+          Internal("could not hand '" + request.method + "' to the I/O thread of the client of " +
+                   d.options.peer + " within " + std::to_string(rpc_detail::kHandOverMs) + " ms");
+    }
   } catch (const zmq::error_t& e) {
     sent = Internal("could not send '" + request.method + "' to the ps task " + d.options.peer +
                     ": " + e.what());

@@ -15,6 +15,9 @@ inline constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // A connection must finish its handshake (and authentication) within this, as a TCP
 // store client must send its hello (docs/rendezvous.md).
 inline constexpr int kHandshakeMs = 10000;
+// The most a thread waits to hand a message to an I/O thread over inproc (which drains
+// continually; the bound only keeps a wedged one from blocking its callers for good).
+inline constexpr int kHandOverMs = 10000;
 
 // The header frame, then one frame per blob (copied: a caller that timed out may free
 // its request while libzmq still queues it).
