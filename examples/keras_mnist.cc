@@ -22,8 +22,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -146,10 +146,11 @@ int run(const Flags& f) {
       std::int64_t images = 0;
       for (int e : history.epochs) {
         (void)e;
-        images += fit.steps_per_epoch > 0
-                      ? (ps ? fit.steps_per_epoch * f.batch_size
-                            : std::min<std::int64_t>(fit.steps_per_epoch * f.batch_size, train.size()))
-                      : train.size();
+        images +=
+            fit.steps_per_epoch > 0
+                ? (ps ? fit.steps_per_epoch * f.batch_size
+                      : std::min<std::int64_t>(fit.steps_per_epoch * f.batch_size, train.size()))
+                : train.size();
       }
       double parameter_sum = 0;
       for (const auto& p : model.module().parameters())
@@ -179,9 +180,11 @@ int run(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Fashion-MNIST the TensorFlow way: a strategy, compile and fit (kolo::train)"};
-  app.add_option("--strategy", f.strategy, "default, mirrored, multiworker, horovod or parameter_server (TF_CONFIG, or kolorun --ps N)")
+  app.add_option("--strategy", f.strategy,
+                 "default, mirrored, multiworker, horovod or parameter_server (TF_CONFIG, or "
+                 "kolorun --ps N)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"default", "mirrored", "multiworker", "horovod"}));
+      ->check(CLI::IsMember({"default", "mirrored", "multiworker", "horovod", "parameter_server"}));
   app.add_option("--devices", f.devices,
                  "replicas' devices, e.g. cpu:0,cpu:1 (default: GPUs, else the CPU)");
   app.add_option("--epochs", f.epochs, "epochs")

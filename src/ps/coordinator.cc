@@ -19,6 +19,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/logging.h"
 
 namespace kolo::ps {
@@ -76,7 +78,15 @@ int RemoteValue::attempts() const {
 
 // ---------------------------------------------------------------- WorkerService
 
+// This process's identity as a worker: a task restarted at the same address answers pings
+// with another, so the chief knows the step it sent the old one is lost.
+std::string new_incarnation() {
+  return std::to_string(::getpid()) + "." +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
 struct WorkerService::Impl {
+  const std::string incarnation = new_incarnation();
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::string, StepFunction> steps;  // GUARDED_BY(mu)
@@ -123,7 +133,10 @@ WorkerService::WorkerService(RpcServer& server) : impl_(std::make_unique<Impl>()
   server.handle("run", [impl](const Message& req, Message* reply, Deadline) {
     return impl->run(req, reply);
   });
-  server.handle("ping", [](const Message&, Message*, Deadline) { return Status::OK(); });
+  server.handle("ping", [impl](const Message&, Message* reply, Deadline) {
+    reply->fields.set("incarnation", impl->incarnation);
+    return Status::OK();
+  });
   server.handle("stop", [impl](const Message&, Message*, Deadline) {
     {
       std::lock_guard<std::mutex> lock(impl->mu);
@@ -178,12 +191,12 @@ struct Coordinator::Impl {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::deque<Closure> queue;   // GUARDED_BY(mu)
-  int running = 0;             // GUARDED_BY(mu): steps sent and not yet finished
-  Status fatal;                // GUARDED_BY(mu): the first step error, until reported
-  bool stopping = false;       // GUARDED_BY(mu)
-  std::vector<bool> up;        // GUARDED_BY(mu)
-  std::vector<std::string> down_why;  // GUARDED_BY(mu)
+  std::deque<Closure> queue;               // GUARDED_BY(mu)
+  int running = 0;                         // GUARDED_BY(mu): steps sent and not yet finished
+  Status fatal;                            // GUARDED_BY(mu): the first step error, until reported
+  bool stopping = false;                   // GUARDED_BY(mu)
+  std::vector<bool> up;                    // GUARDED_BY(mu)
+  std::vector<std::string> down_why;       // GUARDED_BY(mu)
   Deadline all_down_since = Clock::now();  // GUARDED_BY(mu)
   std::atomic<std::int64_t> failures{0}, rejoins{0};
   std::vector<std::thread> threads;
@@ -248,20 +261,33 @@ struct Coordinator::Impl {
     cv.notify_all();
   }
 
-  // The launcher's word on worker w, or a failed ping, as a reason it is down ("" if up).
-  std::string check_alive(int w, RpcClient& client) {
+  // Pings worker w: "" and its incarnation in *incarnation when it answers, else why not.
+  std::string ping(RpcClient& client, std::string* incarnation) {
+    Message req{"ping", {}, {}}, pong;
+    Status s = client.call(req, &pong, deadline_after(options.ping_timeout_seconds));
+    if (s.ok()) s = pong.fields.get("incarnation", incarnation);
+    return s.ok() ? "" : s.message();
+  }
+
+  // The launcher's word on worker w, a failed ping, or another process answering at its
+  // address (it was restarted: the step sent to the old one is lost), as a reason it is
+  // down ("" if it is up and the same).
+  std::string check_alive(int w, RpcClient& client, const std::string& incarnation) {
     std::string why;
     if (options.worker_gone && options.worker_gone(w, &why)) {
       return why.empty() ? "the launcher reports it ended" : why;
     }
-    Message ping{"ping", {}, {}}, pong;
-    Status s = client.call(ping, &pong, deadline_after(options.ping_timeout_seconds));
-    return s.ok() ? "" : s.message();
+    std::string now;
+    why = ping(client, &now);
+    if (!why.empty()) return why;
+    if (now != incarnation) return "it was restarted: a new process answers at its address";
+    return "";
   }
 
   void worker_loop(int w) {
     std::shared_ptr<RpcClient> client = make_client(w);
     bool ever_up = false;
+    std::string incarnation;  // of the process that answered the last ping
     while (!stopping_now()) {
       // Down (or not yet seen): ping until it answers.
       bool is_up;
@@ -270,9 +296,7 @@ struct Coordinator::Impl {
         is_up = up[w];
       }
       if (!is_up) {
-        Message ping{"ping", {}, {}}, pong;
-        Status s = client->call(ping, &pong, deadline_after(options.ping_timeout_seconds));
-        if (s.ok()) {
+        if (ping(*client, &incarnation).empty()) {
           if (ever_up) {
             rejoins.fetch_add(1);
             KOLO_LOG(kWarning, "ps") << options.worker_names[w] << " answers again: it takes steps";
@@ -304,7 +328,7 @@ struct Coordinator::Impl {
         c.state->worker = w;
         ++c.state->attempts;
       }
-      std::string down = run_on(w, client, c);
+      std::string down = run_on(w, client, incarnation, c);
       if (!down.empty()) {
         failures.fetch_add(1);
         KOLO_LOG(kWarning, "ps") << options.worker_names[w] << " is down (" << down
@@ -323,7 +347,8 @@ struct Coordinator::Impl {
 
   // Runs c on worker w. Returns "" when the step finished (well or with its own error),
   // else why the worker is taken for down.
-  std::string run_on(int w, const std::shared_ptr<RpcClient>& client, Closure& c) {
+  std::string run_on(int w, const std::shared_ptr<RpcClient>& client,
+                     const std::string& incarnation, Closure& c) {
     auto call = std::make_shared<Call>();
     Message req{"run", {}, {c.args}};
     req.fields.set("step", c.step);
@@ -352,7 +377,7 @@ struct Coordinator::Impl {
         return "its step did not finish within " +
                std::to_string(static_cast<long long>(options.step_timeout_seconds)) + " s";
       }
-      const std::string why = check_alive(w, *client);
+      const std::string why = check_alive(w, *client, incarnation);
       if (!why.empty()) return why;
     }
     if (!call->status.ok()) return call->status.message();
@@ -362,8 +387,8 @@ struct Coordinator::Impl {
     if (s.ok()) s = call->reply.fields.get("step_message", &message);
     Status step = s.ok() ? Status(static_cast<ErrorCode>(code), message) : s;
     if (!step.ok()) {
-      step = Status(step.code(), "the step '" + c.step + "' failed on " +
-                                     options.worker_names[w] + ": " + step.message());
+      step = Status(step.code(), "the step '" + c.step + "' failed on " + options.worker_names[w] +
+                                     ": " + step.message());
     }
     std::string result;
     if (step.ok() && !call->reply.blobs.empty()) result = std::move(call->reply.blobs[0]);
@@ -413,7 +438,8 @@ Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Im
   impl_->up.assign(n, false);
   impl_->down_why.assign(n, "not answered yet");
   for (std::size_t w = 0; w < n; ++w) {
-    impl_->threads.emplace_back([impl = impl_.get(), w] { impl->worker_loop(static_cast<int>(w)); });
+    impl_->threads.emplace_back(
+        [impl = impl_.get(), w] { impl->worker_loop(static_cast<int>(w)); });
   }
 }
 
@@ -458,12 +484,12 @@ Status Coordinator::join(Deadline deadline) {
     const bool any_up = std::find(impl_->up.begin(), impl_->up.end(), true) != impl_->up.end();
     if (!any_up && Clock::now() - impl_->all_down_since >
                        seconds_duration(impl_->options.no_worker_timeout_seconds)) {
-      return PeerFailure("no worker has answered for " +
-                         std::to_string(static_cast<long long>(
-                             impl_->options.no_worker_timeout_seconds)) +
-                         " s (KOLO_PEER_TIMEOUT_SECONDS) with " +
-                         std::to_string(impl_->queue.size() + impl_->running) +
-                         " steps to run: " + impl_->down_list());
+      return PeerFailure(
+          "no worker has answered for " +
+          std::to_string(static_cast<long long>(impl_->options.no_worker_timeout_seconds)) +
+          " s (KOLO_PEER_TIMEOUT_SECONDS) with " +
+          std::to_string(impl_->queue.size() + impl_->running) +
+          " steps to run: " + impl_->down_list());
     }
     if (Clock::now() >= deadline) {
       return PeerFailure("join: the scheduled steps did not finish by the deadline (" +
@@ -488,15 +514,17 @@ void Coordinator::stop_workers(Deadline deadline) {
       Message req{"stop", {}, {}}, reply;
       Status s = client->call(req, &reply, deadline);
       if (!s.ok()) {
-        KOLO_LOG(kInfo, "ps") << impl_->options.worker_names[w] << " was not told to stop: "
-                              << s.message();
+        KOLO_LOG(kInfo, "ps") << impl_->options.worker_names[w]
+                              << " was not told to stop: " << s.message();
       }
     });
   }
   for (std::thread& t : stops) t.join();
 }
 
-int Coordinator::num_workers() const { return static_cast<int>(impl_->options.worker_endpoints.size()); }
+int Coordinator::num_workers() const {
+  return static_cast<int>(impl_->options.worker_endpoints.size());
+}
 
 int Coordinator::workers_up() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

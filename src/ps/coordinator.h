@@ -4,8 +4,8 @@
 // (at least once), and a worker that comes back is used again.
 //
 //   worker task:  WorkerService service(server);
-//                 service.register_step("train", [&](const std::string& args, std::string* out) {...});
-//                 server.start(); service.wait_until_stopped(...);
+//                 service.register_step("train", [&](const std::string& args, std::string* out)
+//                 {...}); server.start(); service.wait_until_stopped(...);
 //   chief:        Coordinator c(options);
 //                 RemoteValue v = c.schedule("train", args);
 //                 KOLO_RETURN_IF_ERROR(c.join(deadline));

@@ -21,8 +21,10 @@ struct Worker {
     start(endpoint);
   }
   void start(const std::string& endpoint) {
-    server = std::make_unique<RpcServer>(RpcServerOptions{
-        .endpoint = endpoint, .secret = "s", .name = "/job:worker/replica:0/task:" + std::to_string(index)});
+    server = std::make_unique<RpcServer>(
+        RpcServerOptions{.endpoint = endpoint,
+                         .secret = "s",
+                         .name = "/job:worker/replica:0/task:" + std::to_string(index)});
     service = std::make_unique<WorkerService>(*server);
     service->register_step("echo", [this](const std::string& args, std::string* out) {
       if (delay.count() > 0) std::this_thread::sleep_for(delay);
@@ -167,6 +169,36 @@ TEST(CoordinatorTest, ALostWorkersStepRunsAgainElsewhereAndTheWorkerRejoins) {
   for (auto& v : more) ASSERT_TRUE(c.schedule("echo", "m", &v).ok());
   ASSERT_TRUE(c.join(deadline_after(30)).ok());
   EXPECT_GT(a.ran, 0);
+}
+
+TEST(CoordinatorTest, AWorkerRestartedAtItsAddressLosesItsStepWhichRunsAgain) {
+  // The restarted task answers pings, so only its new incarnation says that the step sent
+  // to the old process will never be answered. (Here the old server's graceful stop also
+  // loses a ping; a killed process's restart does not: ps.faults is the test that needs
+  // the incarnation, it waited for the 600 s step timeout without it.)
+  Worker a(0);
+  a.delay = 1500ms;
+  CoordinatorOptions o = options_for({&a});
+  o.step_timeout_seconds = 60;
+  o.ping_timeout_seconds = 5;  // longer than the restart: a ping waiting meanwhile is answered
+  Coordinator c(o);
+  RemoteValue v;
+  ASSERT_TRUE(c.schedule("echo", "s", &v).ok());
+  for (int i = 0; i < 200 && c.workers_up() < 1; ++i) std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(200ms);  // the step is running on the first process
+  const std::string address = a.address;
+  a.stop();
+  a.delay = 0ms;
+  a.start(address);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.join(deadline_after(20)).ok());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string r;
+  ASSERT_TRUE(v.fetch(&r).ok());
+  EXPECT_EQ(r, "s@0");
+  EXPECT_EQ(v.attempts(), 2);
+  EXPECT_EQ(c.worker_failures(), 1);
+  EXPECT_LT(took, 10);  // not the step timeout
 }
 
 TEST(CoordinatorTest, SynchronousRoundsGoToDifferentWorkers) {

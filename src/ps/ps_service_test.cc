@@ -326,7 +326,7 @@ TEST(PsServiceTest, DeadPsTaskIsNamed) {
   std::vector<Pull> pulls{{.shard = &w, .out = out.data()}};
   const Status s = job.client->pull(pulls, deadline_after(0.5));
   EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
-  EXPECT_NE(s.message().find("the ps task /job:ps/replica:0/task:1 at"), std::string::npos)
+  EXPECT_NE(s.message().find("the task /job:ps/replica:0/task:1 at"), std::string::npos)
       << s.message();
 }
 

@@ -64,7 +64,7 @@ struct RpcClient::Impl {
   void on_reply(std::vector<zmq::message_t>& frames);
   void on_monitor_event(std::vector<zmq::message_t>& frames);
   std::string refused_text() const {
-    return "the ps task " + options.peer + " at " + options.endpoint +
+    return "the task " + options.peer + " at " + options.endpoint +
            " refused this process: wrong job secret; every process of the job must have the "
            "job's secret (KOLO_RENDEZVOUS_SECRET, which kolorun sets for its workers)";
   }
@@ -186,7 +186,7 @@ RpcClient::RpcClient(RpcClientOptions options) : impl_(std::make_unique<Impl>(st
     d.monitor->connect("inproc://kolo-ps-monitor");
     d.dealer->connect(d.options.endpoint);
   } catch (const zmq::error_t& e) {
-    d.setup_error = InvalidArgument("cannot connect to the ps task " + d.options.peer + " at '" +
+    d.setup_error = InvalidArgument("cannot connect to the task " + d.options.peer + " at '" +
                                     d.options.endpoint + "': " + e.what() +
                                     " (an endpoint is tcp://HOST:PORT)");
     d.monitor.reset();
@@ -219,7 +219,7 @@ Status RpcClient::call(const Message& request, Message* reply, Deadline deadline
   const Deadline start = Clock::now();
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start);
   if (deadline <= start) {
-    return PeerFailure("the call '" + request.method + "' to the ps task " + d.options.peer +
+    return PeerFailure("the call '" + request.method + "' to the task " + d.options.peer +
                        " had no time left (its deadline had passed)");
   }
   Impl::Pending p;
@@ -250,8 +250,8 @@ Status RpcClient::call(const Message& request, Message* reply, Deadline deadline
                    d.options.peer + " within " + std::to_string(rpc_detail::kHandOverMs) + " ms");
     }
   } catch (const zmq::error_t& e) {
-    sent = Internal("could not send '" + request.method + "' to the ps task " + d.options.peer +
-                    ": " + e.what());
+    sent = Internal("could not send '" + request.method + "' to the task " + d.options.peer + ": " +
+                    e.what());
   }
   std::unique_lock<std::mutex> lock(d.mu);
   if (sent.ok()) {
@@ -264,10 +264,12 @@ Status RpcClient::call(const Message& request, Message* reply, Deadline deadline
     return p.status;
   }
   if (!d.refused_why.empty()) return PeerFailure(d.refused_why);
-  return PeerFailure("the ps task " + d.options.peer + " at " + d.options.endpoint +
+  return PeerFailure("the task " + d.options.peer + " at " + d.options.endpoint +
                      " did not answer '" + request.method + "' within " +
-                     seconds_text(Clock::now() - start) +
-                     " s (is it running? a ps task that died must be restarted)");
+                     seconds_text(Clock::now() - start) + " s (is it running?" +
+                     (d.options.peer.find("/job:ps/") != std::string::npos
+                          ? " a ps task that died must be restarted, and the job with it)"
+                          : ")"));
 }
 
 std::uint64_t RpcClient::bytes_sent() const { return impl_->bytes_sent.load(); }

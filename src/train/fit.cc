@@ -52,6 +52,25 @@ torch::Tensor rows(const torch::Tensor& t, const torch::Tensor& idx, const torch
 
 }  // namespace
 
+CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, bool horovod,
+                            bool history) {
+  CallbackList list;
+  if (horovod) list.all.push_back(std::make_shared<MetricAverage>());
+  bool have_bar = false;
+  for (const auto& c : user) have_bar |= dynamic_cast<ProgbarLogger*>(c.get()) != nullptr;
+  if (verbose != 0 && !have_bar) list.all.push_back(std::make_shared<ProgbarLogger>());
+  for (const auto& c : user) {
+    if (!c) throw Error(ErrorCode::kInvalidArgument, "a callback is null");
+    if (auto h = std::dynamic_pointer_cast<History>(c)) list.history = h;
+    list.all.push_back(c);
+  }
+  if (history && !list.history) {
+    list.history = std::make_shared<History>();
+    list.all.push_back(list.history);
+  }
+  return list;
+}
+
 // --- one step ---------------------------------------------------------------------------
 
 namespace detail {

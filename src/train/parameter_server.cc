@@ -30,7 +30,9 @@ namespace {
 
 void check(const Status& s) { check_status(s); }
 
-std::string task_name(const std::string& type, int index) { return core::tf_task_name(type, index); }
+std::string task_name(const std::string& type, int index) {
+  return core::tf_task_name(type, index);
+}
 
 // "host:port" -> where to listen (loopback names bind loopback only; any other host binds
 // every interface, which the job secret guards) and where others connect.
@@ -145,9 +147,9 @@ torch::Tensor decode_tensor(const std::string& bytes) {
 
 ClusterResolver::ClusterResolver(ClusterSpec cluster, std::string task_type, int task_index)
     : cluster_(std::move(cluster)), type_(std::move(task_type)), index_(task_index) {
-  const auto* tasks = type_ == "chief"    ? &cluster_.chief
-                      : type_ == "worker" ? &cluster_.worker
-                      : type_ == "ps"     ? &cluster_.ps
+  const auto* tasks = type_ == "chief"       ? &cluster_.chief
+                      : type_ == "worker"    ? &cluster_.worker
+                      : type_ == "ps"        ? &cluster_.ps
                       : type_ == "evaluator" ? &cluster_.evaluator
                                              : nullptr;
   if (tasks == nullptr) {
@@ -206,7 +208,8 @@ VariablePartitioner VariablePartitioner::max_size(std::int64_t max_shard_bytes, 
 
 // ---------------------------------------------------------------- the strategy
 
-ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p, ParameterServerOptions o)
+ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p,
+                                        ParameterServerOptions o)
     : resolver(std::move(r)), partitioner(to_ps(p)), options(o) {
   check(partitioner.validate());
   const ClusterSpec& c = resolver.cluster_spec();
@@ -317,9 +320,12 @@ void ParameterServerStrategy::PsImpl::stop_tasks(Deadline d) {
   for (std::thread& t : stops) t.join();
 }
 
-Deadline ParameterServerStrategy::PsImpl::deadline() const { return deadline_after(options.timeout_seconds); }
+Deadline ParameterServerStrategy::PsImpl::deadline() const {
+  return deadline_after(options.timeout_seconds);
+}
 
-void ParameterServerStrategy::PsImpl::bind(torch::nn::Module& module, const OptimizerSpec& optimizer, bool create) {
+void ParameterServerStrategy::PsImpl::bind(torch::nn::Module& module,
+                                           const OptimizerSpec& optimizer, bool create) {
   std::lock_guard<std::mutex> lock(mu);
   rule = update_rule(optimizer);
   std::vector<ps::VariableSpec> specs;
@@ -332,10 +338,10 @@ void ParameterServerStrategy::PsImpl::bind(torch::nn::Module& module, const Opti
                       p.device().str() + "; parameter-server training runs on the CPU for now");
     }
     if (p.scalar_type() != torch::kFloat && p.scalar_type() != torch::kDouble) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "ParameterServerStrategy: the parameter '" + item.key() + "' is " +
-                      std::string(c10::toString(p.scalar_type())) +
-                      "; ps tasks hold float32 and float64 variables");
+      throw Error(ErrorCode::kInvalidArgument, "ParameterServerStrategy: the parameter '" +
+                                                   item.key() + "' is " +
+                                                   std::string(c10::toString(p.scalar_type())) +
+                                                   "; ps tasks hold float32 and float64 variables");
     }
     specs.push_back({item.key(), p.sizes().vec(), to_kolo_dtype(p.scalar_type())});
     vars.push_back({item.key(), p, {}, false});
@@ -383,7 +389,8 @@ void ParameterServerStrategy::PsImpl::pull(const std::map<std::string, torch::Te
                 "ParameterServerStrategy::pull: no variables; call create_variables first");
   }
   for (const auto& r : rows) {
-    auto it = std::find_if(vars.begin(), vars.end(), [&](const Variable& v) { return v.name == r.first; });
+    auto it = std::find_if(vars.begin(), vars.end(),
+                           [&](const Variable& v) { return v.name == r.first; });
     if (it == vars.end() || !it->sparse) {
       throw Error(ErrorCode::kInvalidArgument,
                   "ParameterServerStrategy::pull: rows were given for '" + r.first +
@@ -483,7 +490,8 @@ bool ParameterServerStrategy::PsImpl::push() {
         torch::Tensor local = indices.masked_select(mask) - info.row_begin;
         torch::Tensor vals = values.index({mask}).contiguous();
         p.whole = false;
-        p.rows.assign(local.data_ptr<std::int64_t>(), local.data_ptr<std::int64_t>() + local.numel());
+        p.rows.assign(local.data_ptr<std::int64_t>(),
+                      local.data_ptr<std::int64_t>() + local.numel());
         p.grad = vals.data_ptr();
         keep.push_back(vals);
       }
@@ -532,15 +540,16 @@ void ParameterServerStrategy::PsImpl::serve() {
     for (auto& step : steps) {
       Step fn = step.second;
       auto run_mu = step_mu;
-      worker_service->register_step(step.first, [fn, run_mu](const std::string& args, std::string* out) {
-        std::lock_guard<std::mutex> one_at_a_time(*run_mu);
-        try {
-          *out = encode_tensor(fn(decode_tensor(args)));
-          return Status::OK();
-        } catch (const Error& e) {
-          return Status(e.code(), e.what());
-        }
-      });
+      worker_service->register_step(step.first,
+                                    [fn, run_mu](const std::string& args, std::string* out) {
+                                      std::lock_guard<std::mutex> one_at_a_time(*run_mu);
+                                      try {
+                                        *out = encode_tensor(fn(decode_tensor(args)));
+                                        return Status::OK();
+                                      } catch (const Error& e) {
+                                        return Status(e.code(), e.what());
+                                      }
+                                    });
     }
   }
   check(server->start());
@@ -571,7 +580,9 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterResolver resolver,
 
 ParameterServerStrategy::PsImpl& ParameterServerStrategy::ps_impl() const { return *impl_->ps; }
 
-const std::string& ParameterServerStrategy::task_type() const { return impl_->ps->resolver.task_type(); }
+const std::string& ParameterServerStrategy::task_type() const {
+  return impl_->ps->resolver.task_type();
+}
 int ParameterServerStrategy::task_index() const { return impl_->ps->resolver.task_id(); }
 int ParameterServerStrategy::num_ps() const {
   return static_cast<int>(impl_->ps->resolver.cluster_spec().ps.size());
@@ -631,7 +642,9 @@ void put(std::string& out, const std::string& bytes) {
   out.append(reinterpret_cast<const char*>(&n), sizeof n);
   out += bytes;
 }
-void put_int(std::string& out, std::int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+void put_int(std::string& out, std::int64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
 
 struct Reader {
   const std::string& in;
@@ -684,14 +697,16 @@ void ParameterServerStrategy::save_checkpoint(const std::string& path) const {
     if (!f) throw Error(ErrorCode::kInvalidArgument, "save_checkpoint: cannot write '" + tmp + "'");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw Error(ErrorCode::kInvalidArgument, "save_checkpoint: cannot rename '" + tmp + "' to '" + path + "'");
+    throw Error(ErrorCode::kInvalidArgument,
+                "save_checkpoint: cannot rename '" + tmp + "' to '" + path + "'");
   }
 }
 
 void ParameterServerStrategy::restore_checkpoint(const std::string& path) const {
   ParameterServerStrategy::PsImpl& p = *impl_->ps;
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::kInvalidArgument, "restore_checkpoint: cannot read '" + path + "'");
+  if (!f)
+    throw Error(ErrorCode::kInvalidArgument, "restore_checkpoint: cannot read '" + path + "'");
   const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (in.rfind(kMagic, 0) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -702,8 +717,8 @@ void ParameterServerStrategy::restore_checkpoint(const std::string& path) const 
   const std::int64_t n = r.integer();
   if (n != static_cast<std::int64_t>(p.shards.size())) {
     throw Error(ErrorCode::kMismatch,
-                "restore_checkpoint: '" + path + "' has " + std::to_string(n) + " shards; this job has " +
-                    std::to_string(p.shards.size()) +
+                "restore_checkpoint: '" + path + "' has " + std::to_string(n) +
+                    " shards; this job has " + std::to_string(p.shards.size()) +
                     " (the partitioner and the model must be the ones it was saved with)");
   }
   for (const ps::ShardInfo& info : p.shards) {
@@ -711,8 +726,9 @@ void ParameterServerStrategy::restore_checkpoint(const std::string& path) const 
     const std::int64_t shard = r.integer();
     if (variable != info.variable || shard != info.shard) {
       throw Error(ErrorCode::kMismatch, "restore_checkpoint: '" + path + "' holds '" + variable +
-                                            "' shard " + std::to_string(shard) + " where this job has '" +
-                                            info.variable + "' shard " + std::to_string(info.shard));
+                                            "' shard " + std::to_string(shard) +
+                                            " where this job has '" + info.variable + "' shard " +
+                                            std::to_string(info.shard));
     }
     ps::ShardState st;
     st.values = r.bytes();
@@ -770,6 +786,8 @@ int ClusterCoordinator::workers_up() const { return impl_->coordinator->workers_
 std::int64_t ClusterCoordinator::worker_failures() const {
   return impl_->coordinator->worker_failures();
 }
-std::int64_t ClusterCoordinator::worker_rejoins() const { return impl_->coordinator->worker_rejoins(); }
+std::int64_t ClusterCoordinator::worker_rejoins() const {
+  return impl_->coordinator->worker_rejoins();
+}
 
 }  // namespace kolo::train

@@ -31,9 +31,11 @@ constexpr char kStep[] = "kolo.fit.train_step";
 // A worker's endless stream of batches over its shard of the data.
 class WorkerBatches {
  public:
-  WorkerBatches(std::int64_t examples, int workers, int worker, std::int64_t batch,
-                bool shuffle, std::uint64_t seed)
-      : batch_(batch), shuffle_(shuffle), seed_(seed + static_cast<std::uint64_t>(worker) * 1000003u) {
+  WorkerBatches(std::int64_t examples, int workers, int worker, std::int64_t batch, bool shuffle,
+                std::uint64_t seed)
+      : batch_(batch),
+        shuffle_(shuffle),
+        seed_(seed + static_cast<std::uint64_t>(worker) * 1000003u) {
     for (std::int64_t i = worker; i < examples; i += workers) mine_.push_back(i);
     if (mine_.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -116,9 +118,10 @@ History fit_with_parameter_servers(Model& model, Model::Impl& m,
                 "rule: the workers read their data without end, so an epoch is a number of steps)");
   }
   if (o.validation_data || o.validation_split > 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "fit: validation_data and validation_split are not supported with "
-                "ParameterServerStrategy (as in TensorFlow); call evaluate() on the chief after fit");
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "fit: validation_data and validation_split are not supported with "
+        "ParameterServerStrategy (as in TensorFlow); call evaluate() on the chief after fit");
   }
   if (data.file_based()) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -36,7 +36,7 @@ struct ParameterServerStrategy::PsImpl {
   std::string secret;  // KOLO_RENDEZVOUS_SECRET
   std::string self;    // "/job:worker/replica:0/task:1"
 
-  std::unique_ptr<ps::PsClient> client;  // chief, workers, evaluator
+  std::unique_ptr<ps::PsClient> client;   // chief, workers, evaluator
   std::unique_ptr<ps::RpcServer> server;  // ps tasks, workers (in join())
   std::unique_ptr<ps::PsService> ps_service;
   std::unique_ptr<ps::WorkerService> worker_service;
@@ -57,7 +57,7 @@ struct ParameterServerStrategy::PsImpl {
   std::shared_ptr<std::mutex> step_mu = std::make_shared<std::mutex>();  // one step at a time
 
   std::unique_ptr<ps::Coordinator> coordinator;  // the chief's, made on first use
-  double learning_rate_sent = -1;                 // the chief: the ps tasks' rate
+  double learning_rate_sent = -1;                // the chief: the ps tasks' rate
 
   Deadline deadline() const;
   ps::Coordinator& coordinator_for_chief();

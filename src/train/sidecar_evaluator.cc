@@ -73,7 +73,8 @@ struct SidecarEvaluator::Impl {
   }
 };
 
-SidecarEvaluator::SidecarEvaluator(Model& model, const Dataset& data, SidecarEvaluatorOptions options)
+SidecarEvaluator::SidecarEvaluator(Model& model, const Dataset& data,
+                                   SidecarEvaluatorOptions options)
     : impl_(std::make_unique<Impl>(Impl{&model, data, std::move(options), {}})) {
   if (impl_->options.checkpoint_dir.empty()) {
     throw Error(ErrorCode::kInvalidArgument,

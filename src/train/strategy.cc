@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "train/ps_impl.h"
 #include "kolo/error.h"
 #include "kolo/kolo.h"
 #include "kolo/torch.h"
+#include "train/ps_impl.h"
 #include "train/strategy_impl.h"
 
 namespace kolo::train {

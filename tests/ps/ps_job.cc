@@ -67,8 +67,9 @@ int run_sync(const std::string& optimizer) {
   ParameterServerStrategy strategy(resolver, kolo::train::VariablePartitioner::fixed_shards(2), po);
   auto net = make_net();
   const kolo::train::OptimizerSpec spec =
-      optimizer == "adam" ? kolo::train::OptimizerSpec(kolo::train::Adam{.learning_rate = 0.01})
-                          : kolo::train::OptimizerSpec(kolo::train::SGD{.learning_rate = 0.1, .momentum = 0.9});
+      optimizer == "adam"
+          ? kolo::train::OptimizerSpec(kolo::train::Adam{.learning_rate = 0.01})
+          : kolo::train::OptimizerSpec(kolo::train::SGD{.learning_rate = 0.1, .momentum = 0.9});
   strategy.create_variables(*net, spec);
   Data data;
   std::int64_t j = 0;
@@ -94,7 +95,8 @@ int run_sync(const std::string& optimizer) {
   strategy.pull(*net);
   // The reference: one process, round r's batch = every worker's r-th batch together.
   auto ref = make_net();
-  std::unique_ptr<torch::optim::Optimizer> opt = kolo::train::make_optimizer(spec, ref->parameters());
+  std::unique_ptr<torch::optim::Optimizer> opt =
+      kolo::train::make_optimizer(spec, ref->parameters());
   for (int r = 0; r < kRounds; ++r) {
     std::vector<torch::Tensor> parts;
     for (int w = 0; w < W; ++w) parts.push_back(data.rows(w, r));
@@ -110,7 +112,8 @@ int run_sync(const std::string& optimizer) {
   for (std::size_t i = 0; i < a.size(); ++i) {
     diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
   }
-  std::cout << "sync " << optimizer << " K=" << W << ": max |ps - reference| = " << diff << std::endl;
+  std::cout << "sync " << optimizer << " K=" << W << ": max |ps - reference| = " << diff
+            << std::endl;
   if (!(diff < 1e-5)) return fail("synchronous ps training differs from all-reduce training");
   std::cout << "PASS sync" << std::endl;
   return 0;
@@ -134,39 +137,48 @@ int run_faults(int steps) {
     loss.backward();
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     strategy.push(*net);
-    return torch::stack({arg.to(torch::kDouble), torch::tensor(double(strategy.task_index()), torch::kDouble)});
+    return torch::stack(
+        {arg.to(torch::kDouble), torch::tensor(double(strategy.task_index()), torch::kDouble)});
   });
   if (!strategy.is_chief()) {
-    std::cout << "worker " << strategy.task_index() << " pid " << ::getpid() << std::endl;
+    std::cout << strategy.task_type() << " " << strategy.task_index() << " pid " << ::getpid()
+              << std::endl;
     strategy.join();
     return 0;
   }
   ClusterCoordinator coordinator(strategy);
   std::vector<RemoteValue> values;
-  for (int i = 0; i < steps; ++i) values.push_back(coordinator.schedule("train", torch::tensor(double(i))));
+  for (int i = 0; i < steps; ++i)
+    values.push_back(coordinator.schedule("train", torch::tensor(double(i))));
   coordinator.join();
   int retried = 0;
   for (int i = 0; i < steps; ++i) {
     const torch::Tensor r = values[i].fetch();
-    if (r[0].item<double>() != i) return fail("step " + std::to_string(i) + " gave another step's result");
+    if (r[0].item<double>() != i)
+      return fail("step " + std::to_string(i) + " gave another step's result");
     if (values[i].attempts() > 1) ++retried;
   }
-  std::cout << "faults: " << steps << " steps all ran; " << retried << " ran again after a worker was lost; "
-            << coordinator.worker_failures() << " worker failures" << std::endl;
-  if (coordinator.worker_failures() < 1) return fail("no worker failure was seen (was a worker killed?)");
+  std::cout << "faults: " << steps << " steps all ran; " << retried
+            << " ran again after a worker was lost; " << coordinator.worker_failures()
+            << " worker failures" << std::endl;
+  if (coordinator.worker_failures() < 1)
+    return fail("no worker failure was seen (was a worker killed?)");
   // The restarted worker comes back and takes steps.
   for (int i = 0; i < 300 && coordinator.workers_up() < workers_of(strategy); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (coordinator.workers_up() < workers_of(strategy)) return fail("the restarted worker did not rejoin");
+  if (coordinator.workers_up() < workers_of(strategy))
+    return fail("the restarted worker did not rejoin");
   std::set<int> ran_on;
   std::vector<RemoteValue> more;
-  for (int i = 0; i < 40; ++i) more.push_back(coordinator.schedule("train", torch::tensor(double(i))));
+  for (int i = 0; i < 40; ++i)
+    more.push_back(coordinator.schedule("train", torch::tensor(double(i))));
   coordinator.join();
   for (auto& v : more) ran_on.insert(v.worker());
   std::cout << "faults: " << coordinator.worker_rejoins() << " rejoins; the last 40 steps ran on "
             << ran_on.size() << " workers" << std::endl;
-  if (coordinator.worker_rejoins() < 1 || ran_on.size() < 2) return fail("the rejoined worker took no step");
+  if (coordinator.worker_rejoins() < 1 || ran_on.size() < 2)
+    return fail("the rejoined worker took no step");
   std::cout << "PASS faults" << std::endl;
   return 0;
 }
@@ -177,10 +189,13 @@ struct EmbedNetImpl : torch::nn::Cloneable<EmbedNetImpl> {
   EmbedNetImpl() { reset(); }
   void reset() override {
     torch::manual_seed(3);
-    emb = register_module("emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(1000, 16).sparse(true)));
+    emb = register_module("emb",
+                          torch::nn::Embedding(torch::nn::EmbeddingOptions(1000, 16).sparse(true)));
     out = register_module("out", torch::nn::Linear(16, 2));
   }
-  torch::Tensor forward(const torch::Tensor& ids) { return out->forward(emb->forward(ids).mean(1)); }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    return out->forward(emb->forward(ids).mean(1));
+  }
   torch::nn::Embedding emb{nullptr};
   torch::nn::Linear out{nullptr};
 };
@@ -201,7 +216,8 @@ int run_sparse() {
     const std::uint64_t before = strategy.push_bytes_sent();
     strategy.push(*net);
     const double touched = static_cast<double>(std::get<0>(torch::_unique(ids.flatten())).numel());
-    return torch::tensor({static_cast<double>(strategy.push_bytes_sent() - before), touched}, torch::kDouble);
+    return torch::tensor({static_cast<double>(strategy.push_bytes_sent() - before), touched},
+                         torch::kDouble);
   });
   if (!strategy.is_chief()) {
     strategy.join();
@@ -230,7 +246,8 @@ int run_sparse() {
 
 int run_checkpoint(const std::string& dir, bool restore) {
   ParameterServerOptions po;
-  po.timeout_seconds = std::atof(std::getenv("KOLO_PEER_TIMEOUT_SECONDS") ? std::getenv("KOLO_PEER_TIMEOUT_SECONDS") : "5");
+  po.timeout_seconds = std::atof(
+      std::getenv("KOLO_PEER_TIMEOUT_SECONDS") ? std::getenv("KOLO_PEER_TIMEOUT_SECONDS") : "5");
   ParameterServerStrategy strategy(kolo::train::ClusterResolver::from_tf_config(),
                                    kolo::train::VariablePartitioner::fixed_shards(2), po);
   auto net = make_net();
@@ -240,14 +257,16 @@ int run_checkpoint(const std::string& dir, bool restore) {
   strategy.register_step("train", [&](const torch::Tensor&) {
     strategy.pull(*net);
     const torch::Tensor idx = data.rows(strategy.task_index(), j++);
-    torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx))
+    torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
+                                         data.y.index_select(0, idx))
         .backward();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     strategy.push(*net);
     return torch::Tensor();
   });
   if (!strategy.is_chief()) {
-    std::cout << strategy.task_type() << " " << strategy.task_index() << " pid " << ::getpid() << std::endl;
+    std::cout << strategy.task_type() << " " << strategy.task_index() << " pid " << ::getpid()
+              << std::endl;
     strategy.join();
     return 0;
   }
@@ -259,7 +278,8 @@ int run_checkpoint(const std::string& dir, bool restore) {
     torch::load(saved, params);
     const auto now = net->parameters();
     double diff = 0;
-    for (std::size_t i = 0; i < now.size(); ++i) diff = std::max(diff, (now[i] - saved[i]).abs().max().item<double>());
+    for (std::size_t i = 0; i < now.size(); ++i)
+      diff = std::max(diff, (now[i] - saved[i]).abs().max().item<double>());
     std::cout << "restore: max |restored - checkpointed| = " << diff << std::endl;
     if (diff != 0) return fail("the restored parameters differ from the checkpoint's");
     ClusterCoordinator coordinator(strategy);
@@ -300,6 +320,7 @@ int main(int argc, char** argv) {
     std::cout << "FAIL: " << e.what() << std::endl;
     return 1;
   }
-  std::cerr << "usage: ps_job sync [sgd|adam] | faults STEPS | sparse | checkpoint DIR | restore DIR\n";
+  std::cerr
+      << "usage: ps_job sync [sgd|adam] | faults STEPS | sparse | checkpoint DIR | restore DIR\n";
   return 2;
 }

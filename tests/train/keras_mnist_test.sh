@@ -108,7 +108,11 @@ ps)
     --verbose 2 --summary-json "$work/ps.json" > "$work/ps.log" 2>&1 &
   job=$!
   pids+=($job)
-  for _ in $(seq 1200); do grep -q '^\[chief:0\] Epoch 1/5' "$work/ps.log" && break; sleep 0.1; done
+  for _ in $(seq 1200); do
+    grep -q '^\[chief:0\] Epoch 1/5' "$work/ps.log" && break
+    kill -0 "$job" 2> /dev/null || break
+    sleep 0.1
+  done
   sleep 3
   victim=""
   for d in /proc/[0-9]*; do
