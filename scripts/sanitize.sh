@@ -8,14 +8,20 @@
 # (OpenMPI and hwloc leak at exit). TSan: libtorch is not instrumented, so
 # scripts/tsan.supp ignores what libtorch itself does (see there); kolo's threads are
 # still checked against each other.
-# kolo_train (src/train) is left out by default: compiling it under both sanitizers and
-# running its libtorch-heavy tests would take CI past its time (measured on 2 cores
-# shared with other builds: its 18 sources, 8 test files and the worker take about 19 min
-# of the -j2 build under ASan and 13 under TSan; its 103 test cases 2-3.5 min per tree
-# through ctest -j2, mostly each case's process loading libtorch; 12-16 s as the five
-# gtest binaries; the equivalence through kolorun 6-7 s). --train builds and runs it
-# too (its unit tests, and the multi-worker equivalence through kolorun, which is
-# leak-clean: it starts no MPI, so its leak check stays on).
+# kolo_train (src/train) is left out by default: compiling it under both sanitizers
+# would take CI past its time (measured on 2 cores shared with other builds, before the
+# precompiled <torch/torch.h>: its 18 sources, 8 test files and the worker took about
+# 19 min of the -j2 build under ASan and 13 under TSan; its tests 12-16 s as the five
+# gtest binaries, which is how ctest now runs them, one entry each; the equivalence
+# through kolorun 6-7 s). --train builds and runs it too (its unit tests, and the
+# multi-worker equivalence through kolorun, which is leak-clean: it starts no MPI, so
+# its leak check stays on).
+# Each tree builds only what its tests run (BUILD_TARGETS): kolo_unit_tests (every
+# program `ctest -L unit` runs, CMakeLists.txt's kolo_unit_test_target), kolorun and the
+# torch workers; not the rest of the lean configuration (kolo_bench, the multi-process
+# test program, the fuzz seed generators, the habits worker), about 10 files fewer each.
+# Both trees use the precompiled <torch/torch.h> (cmake/torch_pch.cmake): a libtorch
+# file under ASan -O1 measured 23-48 s of CPU without it, 8-21 s with (docs/ci.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 train=OFF
@@ -29,6 +35,9 @@ lean=(-DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CH
       -DKOLO_BUILD_TRAIN=$train
       -UCMAKE_DISABLE_FIND_PACKAGE_Torch
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+targets="kolo_unit_tests kolorun kolo_torch_worker"
+[ $train = ON ] && targets+=" kolo_train_worker"
+export BUILD_TARGETS=$targets
 BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=address "${lean[@]}"
 (
   cd build-asan

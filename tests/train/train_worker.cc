@@ -18,6 +18,9 @@ namespace {
 
 int g_failures = 0;
 
+// libtorch's headers define glog's CHECK; this file's own replaces it. (#undef: with the
+// precompiled <torch/torch.h>, cmake/torch_pch.cmake, GCC would warn of the redefinition.)
+#undef CHECK
 #define CHECK(cond, ...)                   \
   do {                                     \
     if (!(cond)) {                         \
