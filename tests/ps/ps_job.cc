@@ -3,6 +3,8 @@
 //
 //   ps_job sync [sgd|adam]   K = workers synchronous training equals one process training on
 //                            the rounds' batches together (all-reduce training)
+//   ps_job backup            K = 2 of 3 workers: a slow worker's stale gradients are dropped
+//                            and training goes on (no deadlock)
 //   ps_job faults STEPS      every step runs at least once while a worker is killed and
 //                            restarted (the test kills it); the restarted worker takes steps
 //   ps_job sparse            an embedding's pushes carry only the touched rows (bytes counted)
@@ -116,6 +118,48 @@ int run_sync(const std::string& optimizer) {
             << std::endl;
   if (!(diff < 1e-5)) return fail("synchronous ps training differs from all-reduce training");
   std::cout << "PASS sync" << std::endl;
+  return 0;
+}
+
+// --- backup: synchronous with a backup worker (K = 2 of 3 workers) ------------------------
+
+int run_backup() {
+  ParameterServerOptions po;
+  po.replicas_to_aggregate = 2;
+  po.timeout_seconds = 30;
+  ParameterServerStrategy strategy(kolo::train::ClusterResolver::from_tf_config(), {}, po);
+  auto net = make_net();
+  strategy.create_variables(*net, kolo::train::SGD{.learning_rate = 0.1});
+  Data data;
+  std::int64_t j = 0;
+  strategy.register_step("train", [&](const torch::Tensor&) {
+    strategy.pull(*net);
+    const torch::Tensor idx = data.rows(strategy.task_index(), j++);
+    auto loss = torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
+                                                     data.y.index_select(0, idx));
+    loss.backward();
+    // Worker 2 is slow: its gradients are often of parameters already updated.
+    if (strategy.task_index() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    const bool accepted = strategy.push(*net);
+    return torch::tensor({accepted ? 1.0 : 0.0, loss.item<double>()}, torch::kDouble);
+  });
+  if (!strategy.is_chief()) {
+    strategy.join();
+    return 0;
+  }
+  ClusterCoordinator coordinator(strategy);
+  std::vector<RemoteValue> values;
+  for (int i = 0; i < 60; ++i) values.push_back(coordinator.schedule("train"));
+  coordinator.join();
+  int dropped = 0;
+  for (auto& v : values) dropped += v.fetch()[0].item<double>() == 0 ? 1 : 0;
+  strategy.pull(*net);
+  for (const auto& p : net->parameters()) {
+    if (!torch::isfinite(p).all().item<bool>()) return fail("a parameter is not finite");
+  }
+  std::cout << "backup: 60 steps with K=2 of 3 workers ran; " << dropped
+            << " stale gradients dropped" << std::endl;
+  std::cout << "PASS backup" << std::endl;
   return 0;
 }
 
@@ -312,6 +356,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
     if (mode == "sync") return run_sync(argc > 2 ? argv[2] : "sgd");
+    if (mode == "backup") return run_backup();
     if (mode == "faults") return run_faults(argc > 2 ? std::atoi(argv[2]) : 200);
     if (mode == "sparse") return run_sparse();
     if (mode == "checkpoint" && argc > 2) return run_checkpoint(argv[2], false);

@@ -37,6 +37,12 @@ case $mode in
     cat "$log"
     [ $status -eq 0 ] && grep -q "PASS sync" "$log" && echo PASS || echo "FAIL: status $status"
     ;;
+  backup)
+    "$kolorun" --ps 1 -np 3 "$job" backup >"$log" 2>&1
+    status=$?
+    cat "$log"
+    [ $status -eq 0 ] && grep -q "PASS backup" "$log" && echo PASS || echo "FAIL: status $status"
+    ;;
   sparse)
     "$kolorun" --ps 2 -np 2 "$job" sparse >"$log" 2>&1
     status=$?
