@@ -5,6 +5,7 @@
 //
 // Not for: fit's use of the strategy (ps_fit.cc), the wire and the shards (src/ps).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -250,9 +251,43 @@ ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p
     co.self = self;
     client = std::make_unique<ps::PsClient>(co);
   }
+  if (is_chief()) heartbeat = std::thread([this] { heartbeat_loop(); });
+}
+
+void ParameterServerStrategy::PsImpl::heartbeat_loop() {
+  const ClusterSpec& c = resolver.cluster_spec();
+  std::vector<std::unique_ptr<ps::RpcClient>> clients;
+  const auto add = [&](const std::string& address, const std::string& name) {
+    ps::RpcClientOptions o;
+    o.endpoint = connect_endpoint(address);
+    o.secret = secret;
+    o.peer = name;
+    o.self = self;
+    clients.push_back(std::make_unique<ps::RpcClient>(o));
+  };
+  for (std::size_t i = 0; i < c.worker.size(); ++i) add(c.worker[i], task_name("worker", int(i)));
+  for (std::size_t i = 0; i < c.ps.size(); ++i) add(c.ps[i], task_name("ps", int(i)));
+  std::unique_lock<std::mutex> lock(heartbeat_mu);
+  while (!heartbeat_stop) {
+    lock.unlock();
+    for (auto& client : clients) {
+      ps::Message req{"chief.heartbeat", {}, {}}, reply;
+      (void)client->call(req, &reply, deadline_after(0.5));  // a task not up yet is fine
+    }
+    lock.lock();
+    heartbeat_cv.wait_for(lock, std::chrono::seconds(1), [&] { return heartbeat_stop; });
+  }
 }
 
 ParameterServerStrategy::PsImpl::~PsImpl() {
+  if (heartbeat.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(heartbeat_mu);
+      heartbeat_stop = true;
+    }
+    heartbeat_cv.notify_all();
+    heartbeat.join();
+  }
   if (is_chief()) {
     coordinator.reset();
     stop_tasks(deadline_after(std::min(3.0, options.timeout_seconds)));
@@ -552,15 +587,42 @@ void ParameterServerStrategy::PsImpl::serve() {
                                     });
     }
   }
+  // The chief's heartbeat (PsImpl::heartbeat_loop): a task whose chief is gone without
+  // telling it to stop (it died, with no launcher to stop this task) stops serving in the
+  // bound instead of waiting forever.
+  std::atomic<std::int64_t> last_heard{0};  // steady-clock ticks; 0: never
+  server->handle("chief.heartbeat", [&last_heard](const ps::Message&, ps::Message*, Deadline) {
+    last_heard.store(Clock::now().time_since_epoch().count());
+    return Status::OK();
+  });
   check(server->start());
   KOLO_LOG(kInfo, "ps") << self << " serves at " << server->endpoint();
-  // Served until the chief says the job is over; a chief that never does (it died) leaves
-  // the task to its launcher, which stops it when the chief ends.
-  if (type == "worker") {
-    check(worker_service->wait_until_stopped(Deadline::max()));
-  } else {
-    std::unique_lock<std::mutex> lock(stop_mu);
-    stop_cv.wait(lock, [&] { return stopped; });
+  const Deadline started = Clock::now();
+  const double start_bound = env_seconds("KOLO_START_TIMEOUT_SECONDS", 300);
+  const std::string chief = task_name("chief", 0);
+  for (;;) {
+    bool done;
+    if (type == "worker") {
+      done = worker_service->wait_until_stopped(deadline_after(1)).ok();
+    } else {
+      std::unique_lock<std::mutex> lock(stop_mu);
+      done = stop_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopped; });
+    }
+    if (done) break;
+    const std::int64_t heard = last_heard.load();
+    const auto since =
+        heard == 0 ? Clock::now() - started : Clock::now() - Deadline(Clock::duration(heard));
+    const double bound = heard == 0 ? start_bound : options.timeout_seconds;
+    if (since > seconds_duration(bound)) {
+      if (ps_service) ps_service->shutdown();
+      server->stop();
+      throw Error(ErrorCode::kPeerFailure,
+                  self + ": the chief " + chief +
+                      (heard == 0 ? " never came" : " has not been heard from") + " in " +
+                      std::to_string(static_cast<long long>(bound)) + " s (" +
+                      (heard == 0 ? "KOLO_START_TIMEOUT_SECONDS" : "KOLO_PEER_TIMEOUT_SECONDS") +
+                      "); it ended without stopping this task, or died; this task stops serving");
+    }
   }
   if (ps_service) ps_service->shutdown();
   server->stop();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kolo/train/parameter_server.h"
@@ -55,6 +56,14 @@ struct ParameterServerStrategy::PsImpl {
   std::vector<std::int64_t> min_version;  // GUARDED_BY(mu): synchronous mode's next pull
   std::map<std::string, Step> steps;      // GUARDED_BY(mu)
   std::shared_ptr<std::mutex> step_mu = std::make_shared<std::mutex>();  // one step at a time
+
+  // The chief: a heartbeat to every worker and ps task each second, so that a task whose
+  // chief died stops serving in the bound (serve()).
+  std::thread heartbeat;
+  std::mutex heartbeat_mu;
+  std::condition_variable heartbeat_cv;
+  bool heartbeat_stop = false;  // GUARDED_BY(heartbeat_mu)
+  void heartbeat_loop();
 
   std::unique_ptr<ps::Coordinator> coordinator;  // the chief's, made on first use
   double learning_rate_sent = -1;                // the chief: the ps tasks' rate

@@ -52,6 +52,12 @@ struct Data {
   }
 };
 
+// The loss of examples `idx` (backward() gives the step's gradients).
+torch::Tensor loss_on(torch::nn::Sequential& net, const Data& data, const torch::Tensor& idx) {
+  return torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
+                                              data.y.index_select(0, idx));
+}
+
 int workers_of(const ParameterServerStrategy& s) { return s.num_worker_tasks(); }
 
 int fail(const std::string& why) {
@@ -77,9 +83,7 @@ int run_sync(const std::string& optimizer) {
   std::int64_t j = 0;
   strategy.register_step("train", [&](const torch::Tensor&) {
     strategy.pull(*net);
-    const torch::Tensor idx = data.rows(strategy.task_index(), j++);
-    auto loss = torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
-                                                     data.y.index_select(0, idx));
+    auto loss = loss_on(net, data, data.rows(strategy.task_index(), j++));
     loss.backward();
     if (!strategy.push(*net)) throw kolo::Error(kolo::ErrorCode::kInternal, "a push was stale");
     return loss.detach();
@@ -104,9 +108,7 @@ int run_sync(const std::string& optimizer) {
     for (int w = 0; w < W; ++w) parts.push_back(data.rows(w, r));
     const torch::Tensor idx = torch::cat(parts);
     opt->zero_grad();
-    torch::nn::functional::cross_entropy(ref->forward(data.x.index_select(0, idx)),
-                                         data.y.index_select(0, idx))
-        .backward();
+    loss_on(ref, data, idx).backward();
     opt->step();
   }
   double diff = 0;
@@ -134,9 +136,7 @@ int run_backup() {
   std::int64_t j = 0;
   strategy.register_step("train", [&](const torch::Tensor&) {
     strategy.pull(*net);
-    const torch::Tensor idx = data.rows(strategy.task_index(), j++);
-    auto loss = torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
-                                                     data.y.index_select(0, idx));
+    auto loss = loss_on(net, data, data.rows(strategy.task_index(), j++));
     loss.backward();
     // Worker 2 is slow: its gradients are often of parameters already updated.
     if (strategy.task_index() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(40));
@@ -175,9 +175,7 @@ int run_faults(int steps) {
   std::int64_t j = 0;
   strategy.register_step("train", [&](const torch::Tensor& arg) {
     strategy.pull(*net);
-    const torch::Tensor idx = data.rows(strategy.task_index(), j++);
-    auto loss = torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
-                                                     data.y.index_select(0, idx));
+    auto loss = loss_on(net, data, data.rows(strategy.task_index(), j++));
     loss.backward();
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     strategy.push(*net);
@@ -300,10 +298,7 @@ int run_checkpoint(const std::string& dir, bool restore) {
   std::int64_t j = 0;
   strategy.register_step("train", [&](const torch::Tensor&) {
     strategy.pull(*net);
-    const torch::Tensor idx = data.rows(strategy.task_index(), j++);
-    torch::nn::functional::cross_entropy(net->forward(data.x.index_select(0, idx)),
-                                         data.y.index_select(0, idx))
-        .backward();
+    loss_on(net, data, data.rows(strategy.task_index(), j++)).backward();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     strategy.push(*net);
     return torch::Tensor();
@@ -362,7 +357,9 @@ int main(int argc, char** argv) {
     if (mode == "checkpoint" && argc > 2) return run_checkpoint(argv[2], false);
     if (mode == "restore" && argc > 2) return run_checkpoint(argv[2], true);
   } catch (const std::exception& e) {
-    std::cout << "FAIL: " << e.what() << std::endl;
+    // Not "FAIL": a worker's or ps task's expected error (the chief_dies test) is not a
+    // failed check; the test reads the status and the message.
+    std::cout << "error: " << e.what() << std::endl;
     return 1;
   }
   std::cerr

@@ -84,5 +84,31 @@ case $mode in
     cat "$log"
     [ $status -eq 0 ] && grep -q "PASS restore" "$log" && echo PASS || echo "FAIL: restore status $status"
     ;;
+  chief_dies)
+    # No launcher: TF_CONFIG tasks started by hand. The chief is killed (-9); the worker and
+    # the ps task, never told to stop, end on their own within KOLO_PEER_TIMEOUT_SECONDS
+    # of the chief's last heartbeat, naming it.
+    port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+    cluster="{\"chief\":[\"127.0.0.1:$(port)\"],\"worker\":[\"127.0.0.1:$(port)\"],\"ps\":[\"127.0.0.1:$(port)\"]}"
+    export KOLO_PEER_TIMEOUT_SECONDS=3 KOLO_RENDEZVOUS_SECRET=test-secret
+    pids=()
+    for task in ps:0 worker:0 chief:0; do
+      TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"${task%:*}\",\"index\":0}}" \
+        "$job" checkpoint "$dir" >"$dir/$task.log" 2>&1 &
+      pids+=($!)
+    done
+    sleep 4
+    kill -9 "${pids[2]}"
+    t0=$(date +%s%N)
+    for i in 0 1; do wait "${pids[$i]}"; echo "task $i exited with status $?"; done
+    took_ms=$((($(date +%s%N) - t0) / 1000000))
+    cat "$dir"/*.log
+    echo "the worker and the ps task ended $took_ms ms after the chief was killed"
+    grep -q "the chief /job:chief/replica:0/task:0 has not been heard from in 3 s" "$dir/worker:0.log" ||
+      echo "FAIL: the worker did not name the lost chief"
+    grep -q "the chief /job:chief/replica:0/task:0 has not been heard from in 3 s" "$dir/ps:0.log" ||
+      echo "FAIL: the ps task did not name the lost chief"
+    [ "$took_ms" -lt 10000 ] && echo PASS || echo "FAIL: they took $took_ms ms"
+    ;;
   *) echo "FAIL: unknown mode $mode"; exit 2 ;;
 esac
