@@ -43,7 +43,9 @@ namespace kolo::transport::gloo_impl {
 namespace {
 
 // Segment size: small enough that the pipeline fills quickly and a segment is still in
-// cache when it is reduced, large enough that per-message costs stay small.
+// cache when it is reduced, large enough that per-message costs stay small (each message
+// costs gloo a handshake: measured at 1 and 4 MiB, 2 ranks, 64 KiB segments took ~1.6x the
+// time of 512 KiB ones).
 constexpr std::size_t kSegmentBytes = 512 << 10;
 // Scratch slots of the reduce-scatter receives (kSlots - 1 posted ahead).
 constexpr int kSlots = 4;
@@ -59,8 +61,8 @@ struct Part {  // a piece's part of a staged segment
 struct Segment {
   std::size_t begin = 0, count = 0;  // elements of the concatenation
   int block = 0;
-  char* in = nullptr;   // direct: inside one piece
-  char* out = nullptr;  // direct: inside one piece
+  char* in = nullptr;       // direct: inside one piece
+  char* out = nullptr;      // direct: inside one piece
   std::vector<Part> parts;  // staged: the pieces it spans (in and out stay null)
   char* stage = nullptr;
   std::unique_ptr<Buffer> in_buf, out_buf;  // out_buf is the stage's buffer when staged
@@ -171,7 +173,8 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
   }
   // The allgather's receives, straight into the outputs (or the stages).
   for (int g = n - 1; g < steps; ++g) {
-    for (int i : of_block[recv_block(g)]) out_buffer(segs[i])->recv(left, slot_of(g, i), 0, segs[i].count * es);
+    for (int i : of_block[recv_block(g)])
+      out_buffer(segs[i])->recv(left, slot_of(g, i), 0, segs[i].count * es);
   }
   // The reduce-scatter's receives in order, kSlots - 1 posted ahead.
   std::vector<std::pair<int, int>> rs;  // (g, segment)
