@@ -10,8 +10,9 @@
 // Each segment makes 2 (n - 1) hops, in "global steps" g = 0 .. 2n - 3:
 //   g < n - 1 (reduce-scatter): rank r sends its partial of block (r - g - 1) to r + 1
 //     and receives r - 1's partial of block (r - g - 2) into a scratch slot, folding its
-//     own contribution in: partial op own. At g = n - 2 the received block is r's own and
-//     the fold is the result, written to the output.
+//     own contribution in (partial op own) into its output, from where it is sent on (the
+//     slot is free at once; the result overwrites the output later). At g = n - 2 the
+//     received block is r's own and the fold is the result.
 //   g >= n - 1 (allgather, t = g - n + 1): rank r sends the result of block (r - t) and
 //     receives block (r - t - 1) straight into its output.
 // So every element's result is ((x[b+1] op x[b+2]) op ...) op x[b] for its block b, folded
@@ -20,10 +21,13 @@
 // Pipelining: every rank processes its receives in the order (g, segment), the order its
 // left neighbour sends them, so each segment is forwarded (or reduced and forwarded) as
 // soon as it arrives while the next ones are on the wire. Receives are posted ahead: all
-// allgather receives (into the outputs) at the start, and reduce-scatter receives kSlots - 1
-// ahead into kSlots scratch slots of one segment each, reused once their forward send is
-// complete; the step-0 sends (from the inputs) are all posted at the start. Every message
-// has its own slot (base + g * segments + segment), so matching never depends on order.
+// allgather receives (into the outputs) at the start, and reduce-scatter receives
+// kSlots - 1 ahead into kSlots scratch slots of one segment each; the step-0 sends (from the
+// inputs) are all posted at the start. Every message has its own slot (base + g * segments +
+// segment), so matching never depends on order. No wait but the final ones is for a send:
+// gloo completes a send only once the peer has posted its receive, and a slot reused only
+// after its forward send completed deadlocked the ring once a block had more segments than
+// there were slots.
 //
 // Output aliasing the input (in place) is safe: a rank's receive into the output of a
 // block can only be filled after its own contribution to that block was read (the result
