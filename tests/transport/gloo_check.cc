@@ -71,6 +71,18 @@ void run_bench(Communicator* comm) {
     return comm->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum,
                            collective_check::soon());
   };
+  time_it("allreduce 4 KiB f32", [&] {
+    return comm->allreduce(data.data(), 1024, DataType::kFloat32, ReduceOp::kSum,
+                           collective_check::soon());
+  });
+  time_it("allreduce 4 KiB f32, 10 back to back", [&] {
+    Status s;
+    for (int k = 0; k < 10 && s.ok(); ++k) {
+      s = comm->allreduce(data.data(), 1024, DataType::kFloat32, ReduceOp::kSum,
+                          collective_check::soon());
+    }
+    return s;
+  });
   time_it("allreduce 64 MiB f32", allreduce);
   time_it("reducescatter 64 MiB f32 (ring)", reducescatter);
   time_it("allreduce 64 MiB f32, then this rank's block", [&] {

@@ -156,7 +156,27 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
     return PeerFailure("step " + std::to_string(g) + " of the ring allreduce was aborted");
   };
 
-  // Step 0's sends: this rank's input of block me - 1, from the inputs (staged: copied).
+  // The allgather's receives, straight into the outputs (or the stages).
+  for (int g = n - 1; g < steps; ++g) {
+    for (int i : of_block[recv_block(g)])
+      out_buffer(segs[i])->recv(left, slot_of(g, i), 0, segs[i].count * es);
+  }
+  // The reduce-scatter's receives in order, kSlots - 1 posted ahead.
+  std::vector<std::pair<int, int>> rs;  // (g, segment)
+  for (int g = 0; g < n - 1; ++g) {
+    for (int i : of_block[recv_block(g)]) rs.emplace_back(g, i);
+  }
+  std::size_t posted = 0;
+  auto post_until = [&](std::size_t last) {
+    for (; posted < rs.size() && posted <= last; ++posted) {
+      const auto [g, i] = rs[posted];
+      slot_buf[posted % kSlots]->recv(left, slot_of(g, i), 0, segs[i].count * es);
+    }
+  };
+  post_until(kSlots - 1);
+  // Step 0's sends (after the receives: a receive posted first saves gloo's handshake
+  // a round trip, and under load every hop waits for a thread to be scheduled): this rank's input
+  // of block me - 1, from the inputs (staged: copied).
   for (int i : of_block[mod(me - 1)]) {
     Segment& s = segs[i];
     Buffer* from = nullptr;
@@ -175,23 +195,6 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
     }
     from->send(right, slot_of(0, i), 0, s.count * es);
   }
-  // The allgather's receives, straight into the outputs (or the stages).
-  for (int g = n - 1; g < steps; ++g) {
-    for (int i : of_block[recv_block(g)])
-      out_buffer(segs[i])->recv(left, slot_of(g, i), 0, segs[i].count * es);
-  }
-  // The reduce-scatter's receives in order, kSlots - 1 posted ahead.
-  std::vector<std::pair<int, int>> rs;  // (g, segment)
-  for (int g = 0; g < n - 1; ++g) {
-    for (int i : of_block[recv_block(g)]) rs.emplace_back(g, i);
-  }
-  std::size_t posted = 0;
-  auto post_until = [&](std::size_t last) {
-    for (; posted < rs.size() && posted <= last; ++posted) {
-      const auto [g, i] = rs[posted];
-      slot_buf[posted % kSlots]->recv(left, slot_of(g, i), 0, segs[i].count * es);
-    }
-  };
   for (std::size_t r = 0; r < rs.size(); ++r) {
     const auto [g, i] = rs[r];
     post_until(r + kSlots - 1);  // the slot of r - 1 is free again
