@@ -8,6 +8,14 @@
 // PASS/FAIL lines; exits non-zero on any failure. --bench times 64 MiB allreduce and
 // reducescatter.
 //
+// Then the checks of kolo's own ring allreduce (gloo_ring.cc) beyond the sweep's
+// allreduce(): allreduce_pieces over piece layouts whose boundaries fall inside the ring's
+// segments (staged) and on them, empty and one-element pieces, in place and not, postscale
+// and divisor, prescale (packed first), for every dtype and op against the references;
+// ranks mixing allreduce() on a packed buffer with allreduce_pieces in one call (as a
+// joined rank does); and inexact float inputs, whose results must be the same bits on
+// every rank (the ring folds each element once, in one order, and copies the result).
+//
 //   kolorun -np 3 kolo_gloo_check [--bench]
 //   kolorun -np 3 kolo_gloo_check --kill-test [--kill-rank R] [--kill-op and|gather|allreduce]
 //                                 [--sigkill]
@@ -21,8 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "check_harness.h"
 #include "check_job.h"
 #include "collective_checks.h"
+#include "common/reduce.h"
 
 namespace kolo::transport {
 namespace {
@@ -61,6 +71,18 @@ void run_bench(Communicator* comm) {
     return comm->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum,
                            collective_check::soon());
   };
+  time_it("allreduce 4 KiB f32", [&] {
+    return comm->allreduce(data.data(), 1024, DataType::kFloat32, ReduceOp::kSum,
+                           collective_check::soon());
+  });
+  time_it("allreduce 4 KiB f32, 10 back to back", [&] {
+    Status s;
+    for (int k = 0; k < 10 && s.ok(); ++k) {
+      s = comm->allreduce(data.data(), 1024, DataType::kFloat32, ReduceOp::kSum,
+                          collective_check::soon());
+    }
+    return s;
+  });
   time_it("allreduce 64 MiB f32", allreduce);
   time_it("reducescatter 64 MiB f32 (ring)", reducescatter);
   time_it("allreduce 64 MiB f32, then this rank's block", [&] {
@@ -70,6 +92,214 @@ void run_bench(Communicator* comm) {
     std::copy_n(scratch.data() + comm->rank() * block, block, out.data());
     return s;
   });
+}
+
+// --- kolo's ring allreduce (gloo_ring.cc) ---
+
+using check::fold;
+using check::input;
+using check::load;
+using check::store;
+
+// Element i of the reference: the fold of every rank's input, in rank order (exact).
+std::int64_t reference(int size, std::size_t i, DataType dt, ReduceOp op) {
+  std::int64_t v = input(0, i, dt, op);
+  for (int r = 1; r < size; ++r) v = fold(dt, op, v, input(r, i, dt, op));
+  return v;
+}
+
+// Piece layouts (element counts). The ring cuts 512 KiB segments: for 4-byte elements
+// 131072 elements, so these boundaries fall inside segments (staged), on them, and
+// next to empty and one-element pieces.
+std::vector<std::vector<std::size_t>> layouts(bool large) {
+  if (!large) return {{1}, {0, 3, 0, 1, 5}, {7, 1, 1, 1, 2, 0, 1000}};
+  return {{1, 131071, 3, 0, 131072, 262144 + 9, 1, 5}, {300001, 2, 70000}};
+}
+
+void check_pieces(Communicator* comm, check::Checker* chk, DataType dt) {
+  const int n = comm->size(), me = comm->rank();
+  const std::size_t es = dtype_size(dt);
+  const bool scalable = dt != DataType::kBool;
+  for (ReduceOp op : check::kOps) {
+    for (bool large : {false, true}) {
+      if (large && !check::large_case(dt, op)) continue;
+      for (const auto& layout : layouts(large)) {
+        for (int mode = 0; mode < 4; ++mode) {
+          // 0: in place; 1: separate outputs; 2: postscale 1/2 and divisor n (sum only,
+          // not bool); 3: prescale 2 (packed first; sum only, not bool).
+          if (mode >= 2 && (op != ReduceOp::kSum || !scalable || large)) continue;
+          std::size_t total = 0;
+          for (std::size_t c : layout) total += c;
+          std::vector<char> in(total * es + 1), out(total * es + 1);
+          for (std::size_t i = 0; i < total; ++i) store(dt, in.data(), i, input(me, i, dt, op));
+          std::vector<AllreducePiece> pieces;
+          std::size_t at = 0;
+          for (std::size_t c : layout) {
+            AllreducePiece p;
+            p.in = in.data() + at * es;
+            p.out = (mode == 1 ? out.data() : in.data()) + at * es;
+            p.count = c;
+            if (mode == 2) p.postscale = 0.5, p.divisor = n;
+            if (mode == 3) p.prescale = 2.0;
+            pieces.push_back(p);
+            at += c;
+          }
+          const std::string what = std::string("allreduce_pieces ") + dtype_name(dt) + " " +
+                                   reduce_op_name(op) + " total=" + std::to_string(total) +
+                                   " pieces=" + std::to_string(layout.size()) +
+                                   " mode=" + std::to_string(mode);
+          chk->count();
+          if (!chk->expect_ok(comm->allreduce_pieces(pieces, dt, op, collective_check::soon()),
+                              what)) {
+            continue;
+          }
+          // The expected values, computed the way the runtime's packing would.
+          std::vector<char> want(total * es + 1);
+          for (std::size_t i = 0; i < total; ++i) {
+            const std::int64_t v = reference(n, i, dt, op);
+            store(dt, want.data(), i, mode == 3 ? 2 * v : v);
+          }
+          if (mode == 2) scale(want.data(), total, dt, 0.5, n);
+          const char* got = mode == 1 ? out.data() : in.data();
+          if (std::memcmp(got, want.data(), total * es) != 0) {
+            std::size_t i = 0;
+            while (std::memcmp(got + i * es, want.data() + i * es, es) == 0) ++i;
+            chk->fail(what + ": element " + std::to_string(i) + " is " +
+                      std::to_string(load(dt, got, i)) + ", expected " +
+                      std::to_string(load(dt, want.data(), i)));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rank 0 reduces a packed buffer with allreduce() while the others pass pieces: the same
+// messages, the same results.
+void check_mixed(Communicator* comm, check::Checker* chk) {
+  const int n = comm->size(), me = comm->rank();
+  const DataType dt = DataType::kInt32;
+  const std::vector<std::size_t> layout = {5, 131075, 2, 0, 200000};
+  std::size_t total = 0;
+  for (std::size_t c : layout) total += c;
+  std::vector<std::int32_t> buf(total);
+  for (std::size_t i = 0; i < total; ++i)
+    store(dt, buf.data(), i, input(me, i, dt, ReduceOp::kSum));
+  Status s;
+  if (me == 0) {
+    s = comm->allreduce(buf.data(), total, dt, ReduceOp::kSum, collective_check::soon());
+  } else {
+    std::vector<AllreducePiece> pieces;
+    std::size_t at = 0;
+    for (std::size_t c : layout) {
+      pieces.push_back({.in = buf.data() + at, .out = buf.data() + at, .count = c});
+      at += c;
+    }
+    s = comm->allreduce_pieces(pieces, dt, ReduceOp::kSum, collective_check::soon());
+  }
+  chk->count();
+  if (!chk->expect_ok(s, "mixed allreduce / allreduce_pieces")) return;
+  for (std::size_t i = 0; i < total; ++i) {
+    if (buf[i] != reference(n, i, dt, ReduceOp::kSum)) {
+      chk->fail("mixed allreduce / allreduce_pieces: element " + std::to_string(i) + " is " +
+                std::to_string(buf[i]) + ", expected " +
+                std::to_string(reference(n, i, dt, ReduceOp::kSum)));
+      return;
+    }
+  }
+}
+
+// Inexact inputs (every rank's own pseudo-random floats): rank 0's result bytes are
+// broadcast and every rank compares its own with them.
+void check_same_bits(Communicator* comm, check::Checker* chk) {
+  const int me = comm->rank();
+  for (DataType dt :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct}) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{600000}}) {
+        for (bool pieces : {false, true}) {
+          const std::size_t es = dtype_size(dt);
+          std::vector<char> buf(count * es), theirs;
+          std::uint64_t x = 0x9e3779b97f4a7c15ull * (me + 1);
+          for (std::size_t i = 0; i < count; ++i) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const double v = 0.75 + static_cast<double>(x % 1000003) / 2000006.0;  // [0.75, 1.25)
+            switch (dt) {
+              case DataType::kFloat32: {
+                const float f = static_cast<float>(v);
+                std::memcpy(buf.data() + i * 4, &f, 4);
+                break;
+              }
+              case DataType::kFloat64:
+                std::memcpy(buf.data() + i * 8, &v, 8);
+                break;
+              case DataType::kFloat16: {
+                const std::uint16_t h = float_to_half(static_cast<float>(v));
+                std::memcpy(buf.data() + i * 2, &h, 2);
+                break;
+              }
+              default: {
+                const std::uint16_t b = float_to_bfloat16(static_cast<float>(v));
+                std::memcpy(buf.data() + i * 2, &b, 2);
+                break;
+              }
+            }
+          }
+          const std::string what = std::string("same bits on every rank: ") + dtype_name(dt) + " " +
+                                   reduce_op_name(op) + " n=" + std::to_string(count) +
+                                   (pieces ? " (3 pieces)" : "");
+          Status s;
+          if (pieces) {
+            const std::size_t a = count / 3, b = count - a - count / 4;
+            s = comm->allreduce_pieces(
+                {{.in = buf.data(), .out = buf.data(), .count = a},
+                 {.in = buf.data() + a * es, .out = buf.data() + a * es, .count = b - a},
+                 {.in = buf.data() + b * es, .out = buf.data() + b * es, .count = count - b}},
+                dt, op, collective_check::soon());
+          } else {
+            s = comm->allreduce(buf.data(), count, dt, op, collective_check::soon());
+          }
+          chk->count();
+          if (!chk->expect_ok(s, what)) continue;
+          theirs = buf;
+          if (!chk->expect_ok(
+                  comm->broadcast(theirs.data(), theirs.size(), 0, collective_check::soon()),
+                  what + " (broadcast of rank 0's result)")) {
+            continue;
+          }
+          if (theirs != buf) {
+            std::size_t i = 0;
+            while (std::memcmp(buf.data() + i * es, theirs.data() + i * es, es) == 0) ++i;
+            chk->fail(what + ": element " + std::to_string(i) + " is " +
+                      std::to_string(load(dt, buf.data(), i)) + " here but " +
+                      std::to_string(load(dt, theirs.data(), i)) + " on rank 0");
+          }
+        }
+      }
+    }
+  }
+}
+
+int run_ring_checks(Communicator* comm) {
+  const auto start = Clock::now();
+  check::Checker chk(comm, std::chrono::seconds(30));
+  for (DataType dt : check::kDtypes) {
+    check_pieces(comm, &chk, dt);
+    chk.end_group(std::string("ring allreduce_pieces ") + dtype_name(dt) +
+                  ": every op, staged and direct segments, in place, out of place, scaled");
+  }
+  check_mixed(comm, &chk);
+  chk.end_group("ring: allreduce on rank 0 with allreduce_pieces elsewhere in one call");
+  check_same_bits(comm, &chk);
+  chk.end_group("ring: inexact float inputs give the same bits on every rank");
+  std::vector<std::uint64_t> ok = {chk.failures() == 0 ? 1u : 0u};
+  const Status s = comm->control_and(ok, collective_check::soon());
+  if (comm->rank() == 0) {
+    std::printf("kolo_gloo_check ring: %s (%d cases per rank, %d ranks, %.1f s)\n",
+                s.ok() && ok[0] == 1 ? "ALL PASS" : "FAILED", chk.total_cases(), comm->size(),
+                duration<double>(Clock::now() - start).count());
+  }
+  return chk.failures() == 0 && s.ok() ? 0 : 1;
 }
 
 int run(int argc, char** argv) {
@@ -123,7 +353,8 @@ int run(int argc, char** argv) {
     return collective_check::run_kill_test(comm.get(), victim < 0 ? t.size - 1 : victim, kill_op,
                                            expect);
   }
-  return collective_check::run_checks(comm.get(), "kolo_gloo_check");
+  const int rc = collective_check::run_checks(comm.get(), "kolo_gloo_check");
+  return run_ring_checks(comm.get()) != 0 ? 1 : rc;
 }
 
 }  // namespace

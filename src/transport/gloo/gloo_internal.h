@@ -111,6 +111,9 @@ class GlooCommunicator final : public Communicator {
   Status reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                        DataType dtype, ReduceOp op, Deadline deadline) override;
   Status barrier(Deadline deadline) override;
+  bool reduces_pieces() const override { return true; }
+  Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                          Deadline deadline) override;
 
   Status split_by_host(HostGroup group, std::unique_ptr<Communicator>* out,
                        std::vector<int>* world_ranks) override;
@@ -165,6 +168,10 @@ class GlooCommunicator final : public Communicator {
   // reducescatter's ring (gloo_ops.cc), inside guarded(): throws what gloo throws.
   Status ring_reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                             DataType dtype, ReduceOp op, Deadline deadline);
+  // kolo's pipelined ring allreduce of the pieces' concatenation (gloo_ring.cc), unscaled,
+  // inside guarded(): throws what gloo throws.
+  Status ring_allreduce(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                        Deadline deadline);
   // gloo's timeout for a call bounded by `deadline`: the time left, at least 1 ms.
   std::chrono::milliseconds timeout(Deadline deadline) const;
   std::uint32_t next_tag() { return ++tag_; }
@@ -189,6 +196,7 @@ class GlooCommunicator final : public Communicator {
   std::uint64_t slot_ = 0;
   int splits_ = 0;
   std::vector<char> scratch_;
+  std::vector<char> ring_scratch_, stage_, packed_;  // ring_allreduce's, allreduce_pieces'
   std::vector<std::uint64_t> words_;
   // The buffer rank 0 waits on for a message from any rank (gloo_control.cc): such a wait
   // is the context's, not a pair's, so closing sockets does not end it; the watchdog

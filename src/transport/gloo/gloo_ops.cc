@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/reduce.h"
@@ -65,6 +66,16 @@ void with_element_type(std::size_t element, F&& f) {
   }
 }
 
+// KOLO_GLOO_ALLREDUCE=gloo: allreduce through gloo::allreduce (gloo's own ring) instead of
+// kolo's, for comparisons (bench/compare.sh). Every rank must see the same value.
+bool gloo_library_allreduce() {
+  static const bool on = [] {
+    const char* v = std::getenv("KOLO_GLOO_ALLREDUCE");
+    return v != nullptr && std::string(v) == "gloo";
+  }();
+  return on;
+}
+
 }  // namespace
 
 Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
@@ -75,6 +86,12 @@ Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dty
                            ": average is not a transport op (the runtime sums, then scales)");
   }
   if (count == 0 || size() == 1) return Status::OK();
+  if (!gloo_library_allreduce()) {
+    return guarded("allreduce", deadline, [&] {
+      return ring_allreduce({AllreducePiece{.in = buffer, .out = buffer, .count = count}}, dtype,
+                            op, deadline);
+    });
+  }
   return guarded("allreduce", deadline, [&] {
     ::gloo::AllreduceOptions opts(context_);
     with_element_type(dtype_size(dtype), [&](auto type) {
@@ -88,6 +105,57 @@ Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dty
     ::gloo::allreduce(opts);
     return Status::OK();
   });
+}
+
+// The pieces' concatenation through the ring, read from the inputs and written to the
+// outputs without packing. Prescaled inputs are packed first (the ring folds the inputs as
+// they are); postscale and divisor are applied to each output at the end. Same bits as
+// the runtime's packing (scale_into in, allreduce, scale_into out), and the same messages
+// (the ring cuts the concatenation, not the pieces), so ranks may mix both in one call.
+Status GlooCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                          ReduceOp op, Deadline deadline) {
+  KOLO_RETURN_IF_ERROR(check_usable("allreduce"));
+  if (op == ReduceOp::kAverage) {
+    return InvalidArgument(where("allreduce") +
+                           ": average is not a transport op (the runtime sums, then scales)");
+  }
+  std::size_t total = 0;
+  bool prescaled = false;
+  for (const auto& p : pieces) {
+    total += p.count;
+    prescaled = prescaled || (p.count > 0 && p.prescale != 1.0);
+  }
+  const std::size_t es = dtype_size(dtype);
+  Status s = Status::OK();
+  if (prescaled || (size() > 1 && gloo_library_allreduce())) {
+    packed_.resize(total * es);
+    char* at = packed_.data();
+    for (const auto& p : pieces) {
+      scale_into(at, p.in, p.count, dtype, p.prescale);
+      at += p.count * es;
+    }
+    s = allreduce(packed_.data(), total, dtype, op, deadline);
+    if (!s.ok()) return s;
+    at = packed_.data();
+    for (const auto& p : pieces) {
+      scale_into(p.out, at, p.count, dtype, p.postscale, p.divisor);
+      at += p.count * es;
+    }
+    return s;
+  }
+  if (size() == 1) {
+    for (const auto& p : pieces) {
+      if (p.out != p.in) std::memmove(p.out, p.in, p.count * es);
+    }
+  } else if (total > 0) {
+    s = guarded("allreduce", deadline, [&] { return ring_allreduce(pieces, dtype, op, deadline); });
+    if (!s.ok()) return s;
+  }
+  for (const auto& p : pieces) {
+    if (p.postscale != 1.0 || p.divisor != 1.0)
+      scale(p.out, p.count, dtype, p.postscale, p.divisor);
+  }
+  return s;
 }
 
 Status GlooCommunicator::allgatherv(const void* send, void* recv,

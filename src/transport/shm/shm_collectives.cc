@@ -142,6 +142,7 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
   KOLO_RETURN_IF_ERROR(check("allreduce"));
   if (count == 0) return Status::OK();
   if (size() == 1) return stage ? (*stage)(buffer, count) : Status::OK();
+  KOLO_RETURN_IF_ERROR(seg_.wait_regions(deadline));
   const std::size_t es = dtype_size(dtype);
   const std::size_t bytes = count * es;
   char* region = seg_.region(rank());
@@ -170,6 +171,7 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
 Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
                                          ReduceOp op, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check("allreduce"));
+  KOLO_RETURN_IF_ERROR(seg_.wait_regions(deadline));
   if (size() == 1) {
     for (const auto& p : pieces) {
       scale_into(p.out, p.in, p.count, dtype, p.prescale);
@@ -255,6 +257,7 @@ Status ShmCommunicator::broadcast(void* buffer, std::size_t bytes, int root, Dea
                            std::to_string(size()));
   }
   if (bytes == 0 || size() == 1) return Status::OK();
+  KOLO_RETURN_IF_ERROR(seg_.wait_regions(deadline));
   char* src = seg_.region(root);
   const std::size_t region = seg_.region_bytes();
   if (overlaps(buffer, bytes, seg_.region(rank()), region)) {
@@ -278,7 +281,11 @@ Status ShmCommunicator::barrier(Deadline deadline) {
 }
 
 void* ShmCommunicator::fusion_buffer(std::size_t bytes) {
-  return bytes <= seg_.region_bytes() ? seg_.region(rank()) : nullptr;
+  // Not before the regions' pages are reserved (the runtime packs into it at once); on a
+  // failed reservation the runtime packs elsewhere and allreduce() reports it.
+  if (bytes > seg_.region_bytes()) return nullptr;
+  if (!seg_.wait_regions(deadline_after(options_.bootstrap_timeout_seconds)).ok()) return nullptr;
+  return seg_.region(rank());
 }
 
 // Each rank writes its words into its control area, one barrier, each ANDs everyone's.

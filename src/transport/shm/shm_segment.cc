@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "common/logging.h"
@@ -21,7 +23,10 @@ namespace kolo::transport::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x316d68736f6c6f6bull;  // "kolos hm1", little-endian
-constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kVersion = 3;
+// The regions are reserved in steps of this many bytes, so that closing the segment
+// abandons the rest within one step.
+constexpr std::size_t kReserveStep = 16 << 20;
 constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
@@ -69,6 +74,14 @@ std::size_t fit_region(int size, std::size_t wanted, std::size_t free_bytes) {
   return Layout::compute(size, region).total <= budget ? region : 0;
 }
 
+// Rank 0's background reservation of the regions: fallocate in steps, the outcome in
+// Meta::reserve_state for every rank to see.
+struct Segment::Reserver {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+Segment::Segment() = default;
 Segment::Segment(Segment&& other) noexcept { *this = std::move(other); }
 
 Segment& Segment::operator=(Segment&& other) noexcept {
@@ -79,6 +92,8 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     base_ = std::exchange(other.base_, nullptr);
     mapped_ = std::exchange(other.mapped_, 0);
     layout_ = other.layout_;
+    reserver_ = std::move(other.reserver_);
+    regions_ready_ = std::exchange(other.regions_ready_, false);
   }
   return *this;
 }
@@ -86,6 +101,11 @@ Segment& Segment::operator=(Segment&& other) noexcept {
 Segment::~Segment() { release(); }
 
 void Segment::release() {
+  if (reserver_) {
+    reserver_->stop.store(true);
+    reserver_->thread.join();
+    reserver_.reset();
+  }
   if (base_) munmap(base_, mapped_);
   if (fd_ >= 0) close(fd_);
   base_ = nullptr;
@@ -136,17 +156,20 @@ Status Segment::create(int size, std::size_t region_bytes, Segment* out) {
                               << mib(region_bytes)
                               << " per rank (larger fused buffers are copied in chunks)";
   }
-  // fallocate reserves the pages now: on a full tmpfs it fails with ENOSPC, where
-  // ftruncate would succeed and a later first touch would raise SIGBUS.
-  if (fallocate(fd, 0, 0, static_cast<off_t>(layout.total)) != 0) {
+  // fallocate reserves the header's pages now: on a full tmpfs it fails with ENOSPC, where
+  // ftruncate would succeed and a later first touch would raise SIGBUS. The regions'
+  // pages follow in the background (wait_regions).
+  bool reserve = true;
+  if (fallocate(fd, 0, 0, static_cast<off_t>(layout.regions)) != 0) {
     const int e = errno;
     if (e != EOPNOTSUPP && e != ENOSYS) {
-      return fail(Status(ErrorCode::kUnsupported, "shm: reserving " + mib(layout.total) +
+      return fail(Status(ErrorCode::kUnsupported, "shm: reserving " + mib(layout.regions) +
                                                       " in /dev/shm failed: " + errno_text(e)));
     }
-    if (ftruncate(fd, static_cast<off_t>(layout.total)) != 0) {
-      return fail(Status(ErrorCode::kUnsupported, "shm: ftruncate failed: " + errno_text(errno)));
-    }
+    reserve = false;  // nothing to reserve with: as ftruncate alone always was
+  }
+  if (ftruncate(fd, static_cast<off_t>(layout.total)) != 0) {
+    return fail(Status(ErrorCode::kUnsupported, "shm: ftruncate failed: " + errno_text(errno)));
   }
   Status s = seg.map(fd, layout.total);
   if (!s.ok()) return fail(s);
@@ -156,9 +179,61 @@ Status Segment::create(int size, std::size_t region_bytes, Segment* out) {
   m.version = kVersion;
   m.region_bytes = region_bytes;
   m.total_bytes = layout.total;
+  at(m.reserve_state).store(reserve ? 0u : 1u, std::memory_order_relaxed);
   at(m.magic).store(kMagic, std::memory_order_release);
+  if (reserve) {
+    seg.reserver_ = std::make_unique<Reserver>();
+    Reserver* r = seg.reserver_.get();
+    Meta* meta = &seg.meta();
+    r->thread = std::thread([r, meta, fd, from = layout.regions, to = layout.total] {
+      std::uint32_t state = 1;
+      for (std::size_t off = from; off < to; off += kReserveStep) {
+        if (r->stop.load()) {
+          state = 3;
+          break;
+        }
+        const std::size_t len = std::min(kReserveStep, to - off);
+        if (fallocate(fd, 0, static_cast<off_t>(off), static_cast<off_t>(len)) != 0) {
+          at(meta->reserve_errno).store(errno, std::memory_order_relaxed);
+          state = 2;
+          break;
+        }
+      }
+      at(meta->reserve_state).store(state, std::memory_order_release);
+    });
+  }
   *out = std::move(seg);
   return Status::OK();
+}
+
+Status Segment::wait_regions(Deadline deadline) {
+  if (regions_ready_) return Status::OK();
+  Meta& m = meta();
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    const std::uint32_t state = at(m.reserve_state).load(std::memory_order_acquire);
+    if (state == 1) {
+      regions_ready_ = true;
+      return Status::OK();
+    }
+    const std::size_t bytes = layout_.total - layout_.regions;
+    if (state == 2) {
+      return Status(ErrorCode::kUnsupported,
+                    "shm: reserving " + mib(bytes) + " in /dev/shm for the regions failed: " +
+                        errno_text(at(m.reserve_errno).load(std::memory_order_relaxed)) +
+                        " (/dev/shm filled up after start-up; free space there or set KOLO_SHM=0)");
+    }
+    if (state == 3) {
+      return Status(ErrorCode::kPeerFailure,
+                    "shm: rank 0 closed the segment before its regions were reserved");
+    }
+    if (Clock::now() >= deadline) {
+      return Status(ErrorCode::kPeerFailure, "shm: rank 0's reservation of " + mib(bytes) +
+                                                 " in /dev/shm did not finish in time");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
 }
 
 Status Segment::open(const std::string& name, int size, Segment* out) {

@@ -23,8 +23,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "common/deadline.h"
 #include "common/status.h"
 
 namespace kolo::transport::shm {
@@ -40,6 +42,10 @@ struct alignas(kLine) Meta {
   std::uint32_t version;
   std::uint64_t region_bytes;
   std::uint64_t total_bytes;
+  // The regions' reservation (Segment::wait_regions): 0 running, 1 done, 2 failed with
+  // reserve_errno, 3 abandoned (rank 0 closed the segment first).
+  std::uint32_t reserve_state;
+  std::int32_t reserve_errno;
 };
 
 struct alignas(kLine) Wake {
@@ -81,7 +87,7 @@ std::size_t fit_region(int size, std::size_t wanted, std::size_t free_bytes);
 
 class Segment {
  public:
-  Segment() = default;
+  Segment();
   Segment(Segment&& other) noexcept;
   Segment& operator=(Segment&& other) noexcept;
   Segment(const Segment&) = delete;
@@ -91,13 +97,23 @@ class Segment {
   // Rank 0: creates "/kolo-<pid>-<random>" for `size` ranks, with regions cut down by
   // fit_region (logged) when /dev/shm is short of room; fails without leaving anything
   // behind when even kMinRegion does not fit.
-  // The segment's pages are reserved with fallocate, so a full tmpfs fails here and not
-  // later with SIGBUS. The name must be unlinked (unlink()) once every rank has opened it.
+  // The header's pages are reserved with fallocate here; the regions' (most of the
+  // segment: n x R bytes, ~40 ms of kernel time for 4 x 64 MiB) in the background, by a
+  // thread of this Segment, so that start-up does not wait for them. No rank touches a
+  // region before wait_regions() said the reservation succeeded, so a full tmpfs is an
+  // error there and never a SIGBUS later. The name must be unlinked (unlink()) once every
+  // rank has opened it.
   static Status create(int size, std::size_t region_bytes, Segment* out);
   // Other ranks: maps the segment rank 0 created and checks its header.
   static Status open(const std::string& name, int size, Segment* out);
   // Removes the name (the memory lives on while mapped). Idempotent; logs failures.
   static void unlink(const std::string& name);
+
+  // Waits (bounded by `deadline`) until rank 0's reservation of the regions is done; every
+  // rank calls it before its first use of any region. kUnsupported when it failed (naming
+  // the size and the error: /dev/shm filled up since start-up), kPeerFailure at the deadline.
+  // After the first success it costs one load.
+  Status wait_regions(Deadline deadline);
 
   // Records this rank's pid and takes its liveness lock.
   Status join(int rank);
@@ -123,6 +139,10 @@ class Segment {
  private:
   Status map(int fd, std::size_t bytes);
   void release();
+  struct Reserver;
+
+  std::unique_ptr<Reserver> reserver_;  // rank 0: the regions' reservation thread
+  bool regions_ready_ = false;
 
   std::string name_;
   int fd_ = -1;

@@ -6,6 +6,7 @@
 // dead-rank failures, the selection policy, and that no /dev/shm/kolo-* file remains.
 // Real processes, kill -9 and mpirun are covered by kolo_shm_check (tests/transport/shm_check.cc).
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -474,6 +475,54 @@ TEST(ShmOptionsTest, RegionsShrinkToHalfTheFreeSpaceOrGiveUp) {
   EXPECT_EQ(shm::fit_region(2, 64 * MiB, 1024 * MiB), 64 * MiB);
   EXPECT_EQ(shm::fit_region(2, 64 * MiB, 64 * MiB), 8 * MiB);  // docker's default /dev/shm
   EXPECT_EQ(shm::fit_region(4, 64 * MiB, 3 * MiB), 0u);
+}
+
+// The regions' pages are reserved by rank 0 in the background after create(): once
+// wait_regions() says so, every page of the segment is allocated in /dev/shm (so no touch
+// of a region can SIGBUS on a full tmpfs), and another rank's view waits for the same.
+TEST(ShmSegmentTest, RegionsAreReservedBeforeWaitRegionsReturns) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  shm::Segment mine, theirs;
+  ASSERT_TRUE(shm::Segment::create(2, 16 * MiB, &mine).ok());
+  const Status opened = shm::Segment::open(mine.name(), 2, &theirs);
+  const std::string path = "/dev/shm" + mine.name();
+  ASSERT_TRUE(opened.ok()) << opened.to_string();
+  const Status mine_ready = mine.wait_regions(in(10));
+  const Status theirs_ready = theirs.wait_regions(in(10));
+  struct stat st;
+  const int stat_rc = stat(path.c_str(), &st);
+  shm::Segment::unlink(mine.name());
+  ASSERT_TRUE(mine_ready.ok()) << mine_ready.to_string();
+  ASSERT_TRUE(theirs_ready.ok()) << theirs_ready.to_string();
+  ASSERT_EQ(stat_rc, 0);
+  EXPECT_GE(static_cast<std::size_t>(st.st_blocks) * 512, mine.layout().total);
+  EXPECT_EQ(static_cast<std::size_t>(st.st_size), mine.layout().total);
+}
+
+// A reservation that failed (here: as rank 0's thread records ENOSPC) is an error on every
+// rank naming the size, the cause and what to do; one that never ends is bounded by the
+// deadline.
+TEST(ShmSegmentTest, AFailedOrUnfinishedReservationIsAnErrorNotAHang) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  shm::Segment mine, theirs;
+  ASSERT_TRUE(shm::Segment::create(2, MiB, &mine).ok());
+  const Status opened = shm::Segment::open(mine.name(), 2, &theirs);
+  shm::Segment::unlink(mine.name());
+  ASSERT_TRUE(opened.ok()) << opened.to_string();
+  ASSERT_TRUE(mine.wait_regions(in(10)).ok());
+  shm::Meta& m = theirs.meta();  // as if rank 0's reservation were still running
+  shm::at(m.reserve_state).store(0);
+  const auto start = Clock::now();
+  Status s = theirs.wait_regions(in(0.2));
+  EXPECT_EQ(s.code(), ErrorCode::kPeerFailure) << s.to_string();
+  EXPECT_LT(duration<double>(Clock::now() - start).count(), 2.0);
+  EXPECT_NE(s.message().find("did not finish in time"), std::string::npos) << s.message();
+  shm::at(m.reserve_errno).store(ENOSPC);
+  shm::at(m.reserve_state).store(2);
+  s = theirs.wait_regions(in(5));
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  EXPECT_NE(s.message().find(std::strerror(ENOSPC)), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("KOLO_SHM=0"), std::string::npos) << s.message();
 }
 
 TEST(ShmSelectTest, PolicyFollowsModeAndTopology) {
