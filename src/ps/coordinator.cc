@@ -85,6 +85,8 @@ std::string new_incarnation() {
          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
+thread_local std::int64_t t_current_round = -1;
+
 struct WorkerService::Impl {
   const std::string incarnation = new_incarnation();
   std::mutex mu;
@@ -102,8 +104,11 @@ struct WorkerService::Impl {
       auto it = steps.find(name);
       if (it != steps.end()) fn = it->second;
     }
+    std::int64_t round = -1;
+    KOLO_RETURN_IF_ERROR(req.fields.get_or("round", -1, &round));
     Status s;
     std::string result;
+    t_current_round = round;
     if (!fn) {
       s = InvalidArgument("no step named '" + name +
                           "' is registered on this worker (every process of the job must "
@@ -118,6 +123,7 @@ struct WorkerService::Impl {
         s = Internal("the step '" + name + "' threw something that is not a std::exception");
       }
     }
+    t_current_round = -1;
     reply->fields.set("step_code", static_cast<std::int64_t>(s.code()));
     reply->fields.set("step_message", s.message());
     if (s.ok()) {
@@ -149,6 +155,8 @@ WorkerService::WorkerService(RpcServer& server) : impl_(std::make_unique<Impl>()
 
 WorkerService::~WorkerService() = default;
 
+std::int64_t current_step_round() { return t_current_round; }
+
 void WorkerService::register_step(const std::string& name, StepFunction fn) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->steps[name] = std::move(fn);
@@ -173,6 +181,7 @@ struct Closure {
   std::string step;
   std::string args;
   std::shared_ptr<RemoteValue::State> state;
+  bool retried = false;  // it ran on a worker that was lost
 };
 
 // One "run" call in flight, owned by the thread that makes it.
@@ -213,7 +222,9 @@ struct Coordinator::Impl {
   std::deque<Closure>::iterator pick(int w) {
     const int k = options.round_size;
     for (auto it = queue.begin(); it != queue.end(); ++it) {
-      if (k <= 0) return it;
+      // A lost worker's step may go to a worker of its round: without it the round could
+      // never finish while that worker is away.
+      if (k <= 0 || it->retried) return it;
       auto r = rounds.find(it->seq / k);
       if (r == rounds.end() || !r->second.taken[static_cast<std::size_t>(w)]) return it;
     }
@@ -337,6 +348,7 @@ struct Coordinator::Impl {
           std::lock_guard<std::mutex> lock(mu);
           --running;
           mark_round(c, w, false);  // it did not take part
+          c.retried = true;
           queue.push_front(std::move(c));
         }
         set_up(w, false, down);
@@ -352,6 +364,7 @@ struct Coordinator::Impl {
     auto call = std::make_shared<Call>();
     Message req{"run", {}, {c.args}};
     req.fields.set("step", c.step);
+    req.fields.set("round", options.round_size > 0 ? c.seq / options.round_size : c.seq);
     const Deadline step_deadline = deadline_after(options.step_timeout_seconds);
     std::thread([call, client, req = std::move(req), step_deadline] {
       Message reply;

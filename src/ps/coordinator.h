@@ -43,6 +43,11 @@ namespace kolo::ps {
 // A step's function on a worker: argument bytes in, result bytes out.
 using StepFunction = std::function<Status(const std::string& args, std::string* result)>;
 
+// Inside a step's function (on the thread that runs it): the step's round, seq / round_size
+// with CoordinatorOptions::round_size (synchronous training: the parameters' version the
+// step must pull and push), its schedule order without; -1 outside a step.
+std::int64_t current_step_round();
+
 // A worker task's side: runs the steps the chief sends. Registers "run", "ping" and
 // "stop" on `server` (before it starts).
 class WorkerService {
@@ -99,10 +104,12 @@ struct CoordinatorOptions {
   double rejoin_interval_seconds = 1;
   // No worker answering for this long fails join() (KOLO_PEER_TIMEOUT_SECONDS).
   double no_worker_timeout_seconds = 60;
-  // Synchronous training's rounds: K > 0 runs steps kK .. kK + K - 1 (in schedule order)
-  // on K different workers, so that each of the K gradients of one update comes from
-  // another worker and no worker waits, holding a step, for an update that needs a step
-  // only it could take. 0: any free worker takes the next step.
+  // Synchronous training's rounds: N > 0 runs steps kN .. kN + N - 1 (in schedule order,
+  // round k) on N different workers, each worker taking its rounds in order, so that a
+  // worker waiting for round k's parameters holds a step of a later round than every step
+  // still to run of round k (no deadlock); the step learns its round from
+  // current_step_round(). A lost worker's step may then run on any worker. 0: any free
+  // worker takes the next step.
   int round_size = 0;
   // Optional, polled about every ping interval: true (with a sentence) when the launcher
   // says worker `index` ended (kolorun's exit notices in the job's store).

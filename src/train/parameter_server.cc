@@ -6,7 +6,6 @@
 // Not for: fit's use of the strategy (ps_fit.cc), the wire and the shards (src/ps).
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "core/config.h"
 #include "core/tf_config.h"
 #include "kolo/error.h"
 #include "kolo/torch.h"
@@ -91,12 +91,12 @@ ps::UpdateRule update_rule(const OptimizerSpec& spec) {
   return r;
 }
 
-double env_seconds(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const double d = std::strtod(v, &end);
-  return (end != v && d > 0) ? d : fallback;
+// KOLO_* options through the registry (core/options.def): parsed once, checked, with
+// the registry's defaults and messages.
+core::Config options_from_environment() {
+  core::Config c;
+  check_status(core::parse_config(core::process_env(), &c));
+  return c;
 }
 
 }  // namespace
@@ -166,15 +166,15 @@ ClusterResolver::ClusterResolver(ClusterSpec cluster, std::string task_type, int
 }
 
 ClusterResolver ClusterResolver::from_tf_config() {
-  const char* text = std::getenv("TF_CONFIG");
-  if (text == nullptr || *text == '\0') {
+  core::TfConfig tf;
+  bool present = false;
+  check(core::parse_tf_config_from_env(&tf, &present));  // TensorFlow's validation and messages
+  if (!present) {
     throw Error(ErrorCode::kInvalidArgument,
                 "ClusterResolver: TF_CONFIG is not set; a parameter-server job needs it in every "
                 "task (kolorun --ps N -np M PROGRAM sets it), or build a ClusterResolver "
                 "from a ClusterSpec");
   }
-  core::TfConfig tf;
-  check(core::parse_tf_config(text, &tf));  // TensorFlow's validation and messages
   if (tf.task_type.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "ClusterResolver: TF_CONFIG has no \"task\"; every task of a parameter-server "
@@ -235,11 +235,23 @@ ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p
                 "ParameterServerStrategy: the cluster has " + std::to_string(c.chief.size()) +
                     " chiefs; a parameter-server job has one coordinator, the chief");
   }
-  if (options.timeout_seconds <= 0) {
-    options.timeout_seconds = env_seconds("KOLO_PEER_TIMEOUT_SECONDS", 60);
+  const int num_workers = static_cast<int>(c.worker.size());
+  if (options.replicas_to_aggregate < 0 || options.replicas_to_aggregate > num_workers ||
+      options.total_num_replicas < 0 || options.total_num_replicas > num_workers ||
+      (options.total_num_replicas > 0 &&
+       options.total_num_replicas < options.replicas_to_aggregate)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "ParameterServerStrategy: replicas_to_aggregate " +
+                    std::to_string(options.replicas_to_aggregate) + " and total_num_replicas " +
+                    std::to_string(options.total_num_replicas) + " with " +
+                    std::to_string(num_workers) +
+                    " workers: each must be at most the number of workers (a round's steps run on "
+                    "different workers), and total_num_replicas (0: K) at least K");
   }
-  const char* secret_env = std::getenv("KOLO_RENDEZVOUS_SECRET");
-  secret = secret_env != nullptr ? secret_env : "";
+  const core::Config config = options_from_environment();
+  if (options.timeout_seconds <= 0) options.timeout_seconds = config.peer_timeout_seconds;
+  start_timeout_seconds = config.start_timeout_seconds;
+  secret = config.rendezvous_secret;
   self = task_name(resolver.task_type(), resolver.task_id());
   if (resolver.task_type() != "ps") {
     ps::PsClientOptions co;
@@ -314,7 +326,9 @@ ps::Coordinator& ParameterServerStrategy::PsImpl::coordinator_for_chief() {
     o.step_timeout_seconds = options.step_timeout_seconds;
     o.no_worker_timeout_seconds = options.timeout_seconds;
     o.ping_timeout_seconds = std::min(5.0, options.timeout_seconds);
-    o.round_size = options.replicas_to_aggregate;
+    o.round_size = options.replicas_to_aggregate > 0
+                       ? std::max(options.replicas_to_aggregate, options.total_num_replicas)
+                       : 0;
     coordinator = std::make_unique<ps::Coordinator>(o);
   }
   return *coordinator;
@@ -353,6 +367,11 @@ void ParameterServerStrategy::PsImpl::stop_tasks(Deadline d) {
     });
   }
   for (std::thread& t : stops) t.join();
+}
+
+std::int64_t ParameterServerStrategy::PsImpl::sync_round() const {
+  if (options.replicas_to_aggregate <= 0) return 0;
+  return std::max<std::int64_t>(0, ps::current_step_round());
 }
 
 Deadline ParameterServerStrategy::PsImpl::deadline() const {
@@ -399,7 +418,6 @@ void ParameterServerStrategy::PsImpl::bind(torch::nn::Module& module,
     }
   }
   pulled.assign(shards.size(), 0);
-  min_version.assign(shards.size(), 0);
   if (!create) return;
   for (const Variable& v : vars) {
     const torch::Tensor c = v.param.detach().contiguous();
@@ -449,7 +467,7 @@ void ParameterServerStrategy::PsImpl::pull(const std::map<std::string, torch::Te
       const ps::ShardInfo& info = shards[s];
       ps::Pull p;
       p.shard = &info;
-      p.min_version = min_version[s];
+      p.min_version = sync_round();
       if (!wanted.defined()) {
         p.out = static_cast<char*>(data.data_ptr()) + info.row_begin * info.row_bytes();
         pulls.push_back(p);
@@ -515,7 +533,7 @@ bool ParameterServerStrategy::PsImpl::push() {
       const ps::ShardInfo& info = shards[s];
       ps::Push p;
       p.shard = &info;
-      p.version = pulled[s];
+      p.version = options.replicas_to_aggregate > 0 && sync_round() >= 0 ? sync_round() : pulled[s];
       if (dense.defined()) {
         p.grad = static_cast<const char*>(dense.data_ptr()) + info.row_begin * info.row_bytes();
         keep.push_back(dense);
@@ -535,11 +553,7 @@ bool ParameterServerStrategy::PsImpl::push() {
   }
   check(client->push(pushes, deadline()));
   bool all = true;
-  for (const ps::Push& p : pushes) {
-    const auto s = static_cast<std::size_t>(p.shard - shards.data());
-    if (sync) min_version[s] = pulled[s] + 1;
-    all = all && p.accepted;
-  }
+  for (const ps::Push& p : pushes) all = all && p.accepted;
   for (Variable& v : vars) {
     if (v.param.grad().defined()) v.param.mutable_grad() = torch::Tensor();
   }
@@ -598,7 +612,7 @@ void ParameterServerStrategy::PsImpl::serve() {
   check(server->start());
   KOLO_LOG(kInfo, "ps") << self << " serves at " << server->endpoint();
   const Deadline started = Clock::now();
-  const double start_bound = env_seconds("KOLO_START_TIMEOUT_SECONDS", 300);
+  const double start_bound = start_timeout_seconds;
   const std::string chief = task_name("chief", 0);
   for (;;) {
     bool done;

@@ -34,8 +34,9 @@ struct ParameterServerStrategy::PsImpl {
   ClusterResolver resolver;
   ps::Partitioner partitioner;
   ParameterServerOptions options;
-  std::string secret;  // KOLO_RENDEZVOUS_SECRET
-  std::string self;    // "/job:worker/replica:0/task:1"
+  std::string secret;                  // KOLO_RENDEZVOUS_SECRET
+  double start_timeout_seconds = 300;  // KOLO_START_TIMEOUT_SECONDS
+  std::string self;                    // "/job:worker/replica:0/task:1"
 
   std::unique_ptr<ps::PsClient> client;   // chief, workers, evaluator
   std::unique_ptr<ps::RpcServer> server;  // ps tasks, workers (in join())
@@ -49,12 +50,11 @@ struct ParameterServerStrategy::PsImpl {
     bool sparse = false;
   };
   std::mutex mu;
-  ps::UpdateRule rule;                    // GUARDED_BY(mu)
-  std::vector<ps::ShardInfo> shards;      // GUARDED_BY(mu)
-  std::vector<Variable> vars;             // GUARDED_BY(mu)
-  std::vector<std::int64_t> pulled;       // GUARDED_BY(mu): per shard, the version pulled
-  std::vector<std::int64_t> min_version;  // GUARDED_BY(mu): synchronous mode's next pull
-  std::map<std::string, Step> steps;      // GUARDED_BY(mu)
+  ps::UpdateRule rule;                // GUARDED_BY(mu)
+  std::vector<ps::ShardInfo> shards;  // GUARDED_BY(mu)
+  std::vector<Variable> vars;         // GUARDED_BY(mu)
+  std::vector<std::int64_t> pulled;   // GUARDED_BY(mu): per shard, the version pulled
+  std::map<std::string, Step> steps;  // GUARDED_BY(mu)
   std::shared_ptr<std::mutex> step_mu = std::make_shared<std::mutex>();  // one step at a time
 
   // The chief: a heartbeat to every worker and ps task each second, so that a task whose
@@ -69,6 +69,9 @@ struct ParameterServerStrategy::PsImpl {
   double learning_rate_sent = -1;                // the chief: the ps tasks' rate
 
   Deadline deadline() const;
+  // Synchronous mode: the round of the step running on this thread (the version its pull
+  // waits for and its push carries); 0 outside a step and in asynchronous mode.
+  std::int64_t sync_round() const;
   ps::Coordinator& coordinator_for_chief();
   // The chief: tells the ps tasks when the learning rate (a callback's) has changed.
   void sync_learning_rate(double lr);

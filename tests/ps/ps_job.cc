@@ -128,6 +128,7 @@ int run_sync(const std::string& optimizer) {
 int run_backup() {
   ParameterServerOptions po;
   po.replicas_to_aggregate = 2;
+  po.total_num_replicas = 3;  // one backup step a round
   po.timeout_seconds = 30;
   ParameterServerStrategy strategy(kolo::train::ClusterResolver::from_tf_config(), {}, po);
   auto net = make_net();
@@ -159,6 +160,10 @@ int run_backup() {
   }
   std::cout << "backup: 60 steps with K=2 of 3 workers ran; " << dropped
             << " stale gradients dropped" << std::endl;
+  // Each round of 3 steps applies 2 gradients on each shard: the third is a backup's,
+  // dropped (a step counts as dropped when any of its shards dropped it).
+  if (dropped < 20)
+    return fail("expected a dropped gradient in every round (20), got " + std::to_string(dropped));
   std::cout << "PASS backup" << std::endl;
   return 0;
 }

@@ -89,6 +89,10 @@ struct ParameterServerOptions {
   // one update; a worker's next pull waits for it; gradients of older parameters (a slow
   // or backup worker's) are dropped. K = number of workers is all-reduce training.
   int replicas_to_aggregate = 0;
+  // Synchronous mode: steps per round (TF1's total_num_replicas); those past the first K
+  // to push are backups, their gradients dropped as stale. Default (0): K. Each round's
+  // steps run on different workers, so at most the number of workers.
+  int total_num_replicas = 0;
   // A ps task, or every worker, not answering for this long fails the chief's calls
   // naming it. Default: KOLO_PEER_TIMEOUT_SECONDS (60 s).
   double timeout_seconds = -1;
