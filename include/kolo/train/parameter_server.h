@@ -85,9 +85,9 @@ class VariablePartitioner {
 
 struct ParameterServerOptions {
   // 0: asynchronous, TensorFlow's mode: every push is applied at once. K > 0: synchronous
-  // (TF1's SyncReplicasOptimizer): K gradients of the same parameters are averaged into
-  // one update; a worker's next pull waits for it; gradients of older parameters (a slow
-  // or backup worker's) are dropped. K = number of workers is all-reduce training.
+  // (TF1's SyncReplicasOptimizer): the scheduled steps form rounds; round r's steps pull
+  // the parameters after r updates and K of their gradients are averaged into update r + 1;
+  // later ones (backups') are dropped. K = number of workers is all-reduce training.
   int replicas_to_aggregate = 0;
   // Synchronous mode: steps per round (TF1's total_num_replicas); those past the first K
   // to push are backups, their gradients dropped as stale. Default (0): K. Each round's
@@ -122,7 +122,8 @@ class ParameterServerStrategy : public Strategy {
   void create_variables(torch::nn::Module& module, const OptimizerSpec& optimizer) const;
   // Sets the module's parameters to the ps tasks' values. A sparse parameter named in
   // `rows` gets only those rows (an int64 tensor of row indices; others keep stale values).
-  // Synchronous mode: waits until the update of this worker's last push is applied.
+  // Synchronous mode, inside a scheduled step: waits for the parameters of the step's round
+  // (docs/ps.md, "Modes").
   void pull(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& rows = {}) const;
   // Sends the module's gradients (parameters without a gradient send nothing in
   // asynchronous mode and zeros in synchronous mode). Returns false when a synchronous push
