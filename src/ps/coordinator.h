@@ -49,7 +49,8 @@ using StepFunction = std::function<Status(const std::string& args, std::string* 
 std::int64_t current_step_round();
 
 // A worker task's side: runs the steps the chief sends. Registers "run", "ping" and
-// "stop" on `server` (before it starts).
+// "stop" on `server` (before it starts). Stop the server before destroying the service
+// (its handlers use it).
 class WorkerService {
  public:
   explicit WorkerService(RpcServer& server);

@@ -27,7 +27,8 @@ struct Worker {
                          .name = "/job:worker/replica:0/task:" + std::to_string(index)});
     service = std::make_unique<WorkerService>(*server);
     service->register_step("echo", [this](const std::string& args, std::string* out) {
-      if (delay.count() > 0) std::this_thread::sleep_for(delay);
+      const int ms = delay_ms.load();
+      if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       ++ran;
       *out = args + "@" + std::to_string(this->index);
       return Status::OK();
@@ -38,13 +39,17 @@ struct Worker {
     ASSERT_TRUE(server->start().ok());
     address = server->endpoint();
   }
+  // The server's handlers use the service: the server stops first.
+  ~Worker() {
+    if (server) stop();
+  }
   void stop() {
     server->stop();
     service.reset();
     server.reset();
   }
   int index;
-  std::chrono::milliseconds delay{0};
+  std::atomic<int> delay_ms{0};  // the handler threads read it while the test sets it
   std::atomic<int> ran{0};
   std::string address;
   std::unique_ptr<RpcServer> server;
@@ -64,7 +69,8 @@ CoordinatorOptions options_for(const std::vector<Worker*>& workers) {
 
 TEST(CoordinatorTest, EveryStepRunsOnSomeWorkerAndGivesItsResult) {
   Worker a(0), b(1);
-  a.delay = b.delay = 5ms;
+  a.delay_ms = 5;
+  b.delay_ms = 5;
   Coordinator c(options_for({&a, &b}));
   std::vector<RemoteValue> values(40);
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(c.schedule("echo", std::to_string(i), &values[i]).ok());
@@ -84,7 +90,7 @@ TEST(CoordinatorTest, EveryStepRunsOnSomeWorkerAndGivesItsResult) {
 
 TEST(CoordinatorTest, AFailingStepIsFatalCancelsTheQueueAndIsReportedOnce) {
   Worker a(0);
-  a.delay = 20ms;
+  a.delay_ms = 20;
   Coordinator c(options_for({&a}));
   RemoteValue first, bad, later;
   ASSERT_TRUE(c.schedule("echo", "x", &first).ok());
@@ -133,8 +139,8 @@ TEST(CoordinatorTest, ScheduleRaisesAPendingErrorAsTensorFlowDoes) {
 
 TEST(CoordinatorTest, ALostWorkersStepRunsAgainElsewhereAndTheWorkerRejoins) {
   Worker a(0), b(1);
-  a.delay = 2000ms;  // a's first step is in flight when it goes away
-  b.delay = 5ms;
+  a.delay_ms = 2000;  // a's first step is in flight when it goes away
+  b.delay_ms = 5;
   CoordinatorOptions o = options_for({&a, &b});
   Coordinator c(o);
   std::vector<RemoteValue> values(10);
@@ -159,12 +165,12 @@ TEST(CoordinatorTest, ALostWorkersStepRunsAgainElsewhereAndTheWorkerRejoins) {
   EXPECT_EQ(c.workers_up(), 1);
 
   // The task comes back at its address and takes steps again.
-  a.delay = 0ms;
+  a.delay_ms = 0;
   a.start(a_address);
   for (int i = 0; i < 100 && c.workers_up() < 2; ++i) std::this_thread::sleep_for(50ms);
   EXPECT_EQ(c.workers_up(), 2);
   EXPECT_EQ(c.worker_rejoins(), 1);
-  b.delay = 50ms;
+  b.delay_ms = 50;
   std::vector<RemoteValue> more(10);
   for (auto& v : more) ASSERT_TRUE(c.schedule("echo", "m", &v).ok());
   ASSERT_TRUE(c.join(deadline_after(30)).ok());
@@ -177,7 +183,7 @@ TEST(CoordinatorTest, AWorkerRestartedAtItsAddressLosesItsStepWhichRunsAgain) {
   // loses a ping; a killed process's restart does not: ps.faults is the test that needs
   // the incarnation, it waited for the 600 s step timeout without it.)
   Worker a(0);
-  a.delay = 1500ms;
+  a.delay_ms = 1500;
   CoordinatorOptions o = options_for({&a});
   o.step_timeout_seconds = 60;
   o.ping_timeout_seconds = 5;  // longer than the restart: a ping waiting meanwhile is answered
@@ -188,7 +194,7 @@ TEST(CoordinatorTest, AWorkerRestartedAtItsAddressLosesItsStepWhichRunsAgain) {
   std::this_thread::sleep_for(200ms);  // the step is running on the first process
   const std::string address = a.address;
   a.stop();
-  a.delay = 0ms;
+  a.delay_ms = 0;
   a.start(address);
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(c.join(deadline_after(20)).ok());
@@ -246,6 +252,7 @@ TEST(WorkerServiceTest, WaitsForTheChiefsStopWithABound) {
   Coordinator c(o);
   c.stop_workers(deadline_after(10));
   EXPECT_TRUE(service.wait_until_stopped(deadline_after(5)).ok());
+  server.stop();  // before the service its handlers use
 }
 
 }  // namespace

@@ -32,19 +32,25 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(ParameterServerStrategyTest, TensorFlowsClusterRulesAndMessages) {
-  EXPECT_NE(error_of([] { ParameterServerStrategy s(ClusterResolver(cluster(2, 0), "worker", 0)); })
-                .find("There must be at least one ps."),
+  EXPECT_NE(error_of([] {
+              ParameterServerStrategy s(ClusterResolver(cluster(2, 0), "worker", 0));
+            }).find("There must be at least one ps."),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParameterServerStrategy s(ClusterResolver(cluster(0, 1), "ps", 0)); })
-                .find("There must be at least one worker."),
+  EXPECT_NE(error_of([] {
+              ParameterServerStrategy s(ClusterResolver(cluster(0, 1), "ps", 0));
+            }).find("There must be at least one worker."),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParameterServerStrategy s(ClusterResolver(cluster(1, 1, 0), "worker", 0)); })
-                .find("the cluster has no chief"),
+  EXPECT_NE(error_of([] {
+              ParameterServerStrategy s(ClusterResolver(cluster(1, 1, 0), "worker", 0));
+            }).find("the cluster has no chief"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ClusterResolver r(cluster(1, 1), "boss", 0); }).find("unknown task type 'boss'"),
+  EXPECT_NE(error_of([] {
+              ClusterResolver r(cluster(1, 1), "boss", 0);
+            }).find("unknown task type 'boss'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ClusterResolver r(cluster(2, 1), "worker", 2); })
-                .find("task index 2 is out of range for 2 'worker' tasks"),
+  EXPECT_NE(error_of([] {
+              ClusterResolver r(cluster(2, 1), "worker", 2);
+            }).find("task index 2 is out of range for 2 'worker' tasks"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               ParameterServerStrategy s(ClusterResolver(cluster(1, 1), "worker", 0),
@@ -57,9 +63,10 @@ TEST(ParameterServerStrategyTest, FromTfConfigReadsTheTaskOrSaysWhatIsMissing) {
   ::unsetenv("TF_CONFIG");
   EXPECT_NE(error_of([] { ClusterResolver::from_tf_config(); }).find("TF_CONFIG is not set"),
             std::string::npos);
-  ::setenv("TF_CONFIG",
-           R"({"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1}})",
-           1);
+  ::setenv(
+      "TF_CONFIG",
+      R"({"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1}})",
+      1);
   const ClusterResolver r = ClusterResolver::from_tf_config();
   EXPECT_EQ(r.task_type(), "worker");
   EXPECT_EQ(r.task_id(), 1);
@@ -88,8 +95,9 @@ TEST(ParameterServerStrategyTest, ACustomOptimizerCannotRunOnPsTasks) {
   CustomOptimizer custom{"MyOpt", [](std::vector<torch::Tensor> p) {
                            return std::make_unique<torch::optim::SGD>(p, 0.1);
                          }};
-  EXPECT_NE(error_of([&] { s.create_variables(*net, custom); })
-                .find("the optimizer 'MyOpt' is a CustomOptimizer, which cannot run on the ps tasks"),
+  EXPECT_NE(error_of([&] {
+              s.create_variables(*net, custom);
+            }).find("the optimizer 'MyOpt' is a CustomOptimizer, which cannot run on the ps tasks"),
             std::string::npos);
   EXPECT_NE(error_of([&] { s.pull(*net); }).find("call create_variables first"), std::string::npos);
 }
@@ -103,9 +111,8 @@ TEST(ParameterServerStrategyTest, IntegerParametersAreRefusedByName) {
 }
 
 TEST(StepTensorTest, RoundTripsAndRefusesDamagedBytes) {
-  for (const torch::Tensor& t :
-       {torch::randn({3, 4}), torch::arange(5, torch::kLong), torch::tensor(2.5, torch::kDouble),
-        torch::zeros({0, 2})}) {
+  for (const torch::Tensor& t : {torch::randn({3, 4}), torch::arange(5, torch::kLong),
+                                 torch::tensor(2.5, torch::kDouble), torch::zeros({0, 2})}) {
     const torch::Tensor back = decode_tensor(encode_tensor(t));
     EXPECT_EQ(back.sizes(), t.sizes());
     EXPECT_EQ(back.scalar_type(), t.scalar_type());
@@ -113,7 +120,9 @@ TEST(StepTensorTest, RoundTripsAndRefusesDamagedBytes) {
   }
   EXPECT_FALSE(decode_tensor(encode_tensor(torch::Tensor())).defined());
   std::string bytes = encode_tensor(torch::randn({2, 2}));
-  EXPECT_NE(error_of([&] { decode_tensor(bytes.substr(0, bytes.size() - 1)); }).find("wrong number of bytes"),
+  EXPECT_NE(error_of([&] {
+              decode_tensor(bytes.substr(0, bytes.size() - 1));
+            }).find("wrong number of bytes"),
             std::string::npos);
   bytes[0] = static_cast<char>(100);
   EXPECT_NE(error_of([&] { decode_tensor(bytes); }).find("bad header"), std::string::npos);
