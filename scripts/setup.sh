@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(build-essential cmake libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev zlib1g-dev
           libtorch-dev libopenblas0-openmp dataset-fashion-mnist clang-format openssh-server
-          libzmq3-dev cppzmq-dev)
+          libzmq3-dev cppzmq-dev pkg-config)
 bench_packages=(python3 python3-torch python3-numpy)
 case ${1:-} in
   "") ;;
