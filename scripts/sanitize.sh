@@ -16,8 +16,9 @@
 # through kolorun 6-7 s). --train builds and runs it too (its unit tests, and the
 # multi-worker equivalence through kolorun, which is leak-clean: it starts no MPI, so
 # its leak check stays on).
-# Each tree builds only what its tests run (BUILD_TARGETS): kolo_unit_tests (every
-# program `ctest -L unit` runs, CMakeLists.txt's kolo_unit_test_target), kolorun and the
+# Each tree builds only what its tests run (BUILD_TARGETS): ASan kolo_unit_tests (every
+# program `ctest -L unit` runs, CMakeLists.txt's kolo_unit_test_target), TSan the part of
+# them that runs threads against each other (tsan_programs below), both kolorun and the
 # torch workers; not the rest of the lean configuration (kolo_bench, the multi-process
 # test program, the fuzz seed generators, the habits worker), about 10 files fewer each.
 # Both trees use the precompiled <torch/torch.h> (cmake/torch_pch.cmake): a libtorch
@@ -82,7 +83,8 @@ BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=
     ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900
   fi
 )
-BUILD_TARGETS="$tsan_programs $targets" BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=thread "${lean[@]}"
+BUILD_TARGETS="$tsan_programs $targets" BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo \
+  scripts/build.sh -DKOLO_SANITIZE=thread "${lean[@]}"
 (
   cd build-tsan
   export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../scripts/tsan.supp"
