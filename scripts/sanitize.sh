@@ -88,8 +88,12 @@ BUILD_TARGETS="$tsan_programs $targets" BUILD_DIR=build-tsan BUILD_TYPE=RelWithD
 (
   cd build-tsan
   export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../scripts/tsan.supp"
-  # A program of the list left in the tree by an earlier build would still be run.
-  for p in $tsan_not_built; do rm -f "bin/$p"; done
+  # A program of the list left in the tree by an earlier build would still be run (its
+  # discovered cases are listed while its <target>[N]_tests.cmake exists).
+  for p in $tsan_not_built; do
+    rm -f "bin/$p"
+    find . -name "$p\[*\]_tests.cmake" -delete
+  done
   ctest --output-on-failure -j"$(nproc)" -L unit -E "$tsan_skip" --timeout 900
   ctest --output-on-failure -R '^torch\.(worker_np1|kolorun_np)' --timeout 900
   if [ $train = ON ]; then ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900; fi
