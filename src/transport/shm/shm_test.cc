@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -55,6 +56,21 @@ ShmOptions small_regions() {
   return o;
 }
 
+// KOLO_TEST_QUICK=1 (the sanitizer runs): the large allreduces shrink 16 times together
+// with their regions (64 KiB), so they still take the same several chunks; every dtype,
+// op, scaling and path is still run. Under ASan the four pieces tests took 84 s of the
+// unit tests' 467 (docs/ci.md).
+std::size_t quick_divisor() {
+  const char* quick = std::getenv("KOLO_TEST_QUICK");
+  return quick && std::string(quick) == "1" ? 16 : 1;
+}
+
+ShmOptions chunking_regions() {
+  ShmOptions o;
+  o.region_bytes = (std::size_t{1} << 20) / quick_divisor();
+  return o;
+}
+
 // Runs fn on `n` ranks as threads, each with its communicator wrapped in shm.
 void on_shm_ranks(int n, const ShmOptions& options,
                   const std::function<void(int, std::unique_ptr<Communicator>&)>& fn) {
@@ -97,9 +113,9 @@ enum class Path { kCopy, kZeroCopy, kMixed };
 
 void check_allreduce(int n, Path path) {
   const std::set<std::string> before = kolo_segments();
-  // 1 MiB regions: 300000 elements of 4+ bytes take several chunks.
-  const std::size_t counts[] = {0, 1, 7, 1000, 300000};
-  on_shm_ranks(n, small_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
+  // 1 MiB regions: 300000 elements of 4+ bytes take several chunks (quick: a 16th of both).
+  const std::size_t counts[] = {0, 1, 7, 1000, 300000 / quick_divisor()};
+  on_shm_ranks(n, chunking_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
     for (DataType dtype : kDtypes) {
       for (ReduceOp op : kOps) {
         for (std::size_t count : counts) {
@@ -178,12 +194,13 @@ TEST(ShmAllreduceTest, RanksMayMixPathsWhenARegionHoldsSeveralChunks) {
 // the same collectives, as a joined rank does.
 void check_pieces(int n, bool mixed) {
   const std::set<std::string> before = kolo_segments();
-  const std::size_t sizes[] = {0, 1, 13, 1000, 0, 7, 120000, 33, 190000};
+  const std::size_t q = quick_divisor();  // 120000 and 190000 divide by 16
+  const std::size_t sizes[] = {0, 1, 13, 1000, 0, 7, 120000 / q, 33, 190000 / q};
   struct Scaling {
     double prescale, postscale, divisor;
   };
   const Scaling scalings[] = {{1, 1, 1}, {2, 1, 3}, {1, 0.5, 1}};
-  on_shm_ranks(n, small_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
+  on_shm_ranks(n, chunking_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
     ASSERT_TRUE(comm->reduces_pieces());
     for (DataType dtype : kDtypes) {
       const std::size_t es = dtype_size(dtype);
@@ -217,7 +234,7 @@ void check_pieces(int n, bool mixed) {
             // Packed, in region-sized chunks of the concatenation.
             std::vector<std::uint8_t> all(total * es);
             scale_into(all.data(), whole.data(), total, dtype, sc.prescale);
-            const std::size_t chunk = (std::size_t{1} << 20) / es;
+            const std::size_t chunk = chunking_regions().region_bytes / es;
             for (std::size_t off = 0; off < total; off += chunk) {
               const std::size_t m = std::min(chunk, total - off);
               void* region = comm->fusion_buffer(m * es);
