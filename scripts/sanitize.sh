@@ -64,7 +64,7 @@ tsan_programs="kolo_rendezvous_tests kolo_job_store_tests kolo_transport_tests
   kolo_api_tests kolo_ps_tests kolorun_tests kolo_mp_worker"
 # (--train: the kolo_train test programs too, as before.)
 [ $train = ON ] && tsan_programs+=" kolo_train_fit_tests kolo_train_metrics_tests
-  kolo_train_summary_tests kolo_train_progbar_tests kolo_train_callbacks_tests"
+  kolo_train_summary_tests kolo_train_progbar_tests kolo_train_callbacks_tests kolo_train_ps_tests"
 tsan_not_built="kolo_common_tests kolo_core_unit_tests kolo_launcher_tests kolo_torch_data_tests
   kolo_torch_checkpoint_tests kolo_ps_torch_tests"
 # A program not built shows in ctest as <target>_NOT_BUILT (gtest discovery) or as its own
