@@ -21,6 +21,10 @@ enum class ErrorCode {
   kShutdown,         // the runtime shut down while the operation was pending
   kUnsupported,      // the operation cannot run here (e.g. CUDA memory without an adapter)
   kInternal,         // a bug in kolo or its transport; please report it
+  // Elastic jobs only (kolorun --min-np/--max-np): a worker left, so this generation of
+  // the job ended; kolo::elastic::run restores the last commit and goes on with the
+  // workers that are left (kolo/elastic.h). Thrown as kolo::WorkersChanged.
+  kWorkersChanged,
 };
 
 const char* error_code_name(ErrorCode code);
@@ -33,5 +37,17 @@ class Error : public std::runtime_error {
  private:
   ErrorCode code_;
 };
+
+// The error of every pending and later operation of an elastic job's generation after a
+// worker left it (ErrorCode::kWorkersChanged; Horovod's HorovodInternalError). The
+// message names the worker and how it ended.
+class WorkersChanged : public Error {
+ public:
+  explicit WorkersChanged(const std::string& message)
+      : Error(ErrorCode::kWorkersChanged, message) {}
+};
+
+// Throws WorkersChanged for kWorkersChanged, else Error (code must not be kOk).
+[[noreturn]] void throw_error(ErrorCode code, const std::string& message);
 
 }  // namespace kolo

@@ -211,4 +211,27 @@ void start_timeline(const std::string& path, bool mark_cycles = false);
 // Finishes the file (closes its JSON array). No-op when no timeline is running.
 void stop_timeline();
 
+// --- elastic jobs (kolorun --min-np/--max-np/--host-discovery-script) ----------------------
+// The runtime's side of elastic training; most programs use kolo/elastic.h (elastic::run,
+// State) instead of these. docs/elastic.md has the whole design.
+namespace elastic {
+// Whether this process is a worker of an elastic job (KOLO_ELASTIC=1, set by kolorun).
+bool enabled();
+// The generation the runtime belongs to: 0 for the job's first membership, one more each
+// time the workers re-formed; -1 when kolo is not initialized or the job is not elastic.
+int generation();
+// Collective over the current generation (every rank calls it at the same point): whether
+// kolorun has a newer membership (workers added, or removed from the host list). Rank 0
+// asks the job's store and every rank returns its answer. false when not elastic.
+bool hosts_updated();
+// Ends this generation (kolo::shutdown() without waiting for the departed) and joins the
+// next: waits, at most KOLO_ELASTIC_TIMEOUT_SECONDS, for kolorun's next membership, meets
+// its workers and starts the runtime again; rank() and size() may change. Returns false,
+// with kolo shut down, when this worker is not part of the job any more (kolorun removed
+// it, or the job is ending): the program should then exit without using kolo. Throws
+// kolo::WorkersChanged when the new generation failed to form too (call reset() again),
+// and kolo::Error when no membership came in time or the job is not elastic.
+bool reset();
+}  // namespace elastic
+
 }  // namespace kolo

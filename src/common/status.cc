@@ -24,6 +24,8 @@ const char* error_code_name(ErrorCode code) {
       return "unsupported";
     case ErrorCode::kInternal:
       return "internal error";
+    case ErrorCode::kWorkersChanged:
+      return "workers changed";
   }
   return "unknown error";
 }
@@ -33,8 +35,13 @@ std::string Status::to_string() const {
   return std::string(error_code_name(code_)) + ": " + message_;
 }
 
+void throw_error(ErrorCode code, const std::string& message) {
+  if (code == ErrorCode::kWorkersChanged) throw WorkersChanged(message);
+  throw Error(code, message);
+}
+
 void Status::throw_if_error() const {
-  if (!ok()) throw Error(code_, message_);
+  if (!ok()) throw_error(code_, message_);
 }
 
 }  // namespace kolo

@@ -94,7 +94,7 @@ void init(const std::map<std::string, std::string>& settings) {
     if (!g_job) {
       auto job = std::make_shared<core::JobStore>();
       s = core::open_job_store(launch, config, job.get());
-      if (!s.ok()) throw Error(s.code(), "kolo::init() failed: " + s.message());
+      if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
       g_job = std::move(job);
     }
     const std::string prefix = "init/" + std::to_string(g_inits++);
@@ -102,7 +102,7 @@ void init(const std::map<std::string, std::string>& settings) {
     g_job->store = std::make_shared<rendezvous::PrefixStore>(root, prefix);
     s = core::join_job(*g_job, launch, config.start_timeout_seconds);
     g_job->store = root;
-    if (!s.ok()) throw Error(s.code(), "kolo::init() failed: " + s.message());
+    if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
     context.store = root;
     context.store_prefix = prefix;
   }
@@ -119,7 +119,7 @@ void init(const std::map<std::string, std::string>& settings) {
   Status s = runtime->start();
   if (!s.ok()) {
     runtime->shutdown();
-    throw Error(s.code(), "kolo::init() failed: " + s.message());
+    throw_error(s.code(), "kolo::init() failed: " + s.message());
   }
   const auto& topo = runtime->topology();
   if (launch.launcher != "none" && (topo.rank != launch.rank || topo.size != launch.size)) {

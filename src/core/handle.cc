@@ -49,7 +49,7 @@ void Handle::wait() const {
   auto& s = must(state_);
   std::unique_lock<std::mutex> lock(s.mu);
   s.cv.wait(lock, [&] { return s.done; });
-  if (s.code != ErrorCode::kOk) throw Error(s.code, s.message);
+  if (s.code != ErrorCode::kOk) throw_error(s.code, s.message);
 }
 
 bool Handle::ok() const { return error_code() == ErrorCode::kOk; }

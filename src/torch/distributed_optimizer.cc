@@ -483,7 +483,7 @@ void DistributedOptimizer::zero_grad() {
   } catch (const Error& e) {
     optimizer_.zero_grad();
     synchronized_ = false;
-    throw Error(e.code(),
+    throw_error(e.code(),
                 std::string("DistributedOptimizer::zero_grad() after backward() without step(): "
                             "discarding this step's gradients, a reduction failed (the "
                             "gradients are zeroed and the next step starts clean): ") +

@@ -102,7 +102,7 @@ core::Config options_from_environment() {
 }  // namespace
 
 void check_status(const Status& s) {
-  if (!s.ok()) throw Error(s.code(), s.message());
+  if (!s.ok()) throw_error(s.code(), s.message());
 }
 
 // ---------------------------------------------------------------- tensors as bytes
