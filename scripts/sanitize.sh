@@ -66,7 +66,7 @@ tsan_programs="kolo_rendezvous_tests kolo_job_store_tests kolo_transport_tests
 [ $train = ON ] && tsan_programs+=" kolo_train_fit_tests kolo_train_metrics_tests
   kolo_train_summary_tests kolo_train_progbar_tests kolo_train_callbacks_tests kolo_train_ps_tests"
 tsan_not_built="kolo_common_tests kolo_core_unit_tests kolo_launcher_tests kolo_torch_data_tests
-  kolo_torch_checkpoint_tests kolo_ps_torch_tests"
+  kolo_torch_checkpoint_tests kolo_torch_elastic_tests kolo_ps_torch_tests"
 # A program not built shows in ctest as <target>_NOT_BUILT (gtest discovery) or as its own
 # name (one entry per libtorch program); only these are skipped, so a new unit-test
 # program missing from both lists fails the TSan run until it is put in one of them.

@@ -1,36 +1,20 @@
 // DistributedSampler: which dataset indices each rank reads in an epoch.
 //
-// Every rank computes the same permutation of [0, size) from seed + epoch and takes
-// every num_replicas-th element starting at its rank. The shuffle is a Fisher-Yates over
-// std::mt19937_64 with our own unbiased bounded draw (not std::shuffle, whose use of
-// uniform_int_distribution is implementation-defined), so ranks built with different
-// standard libraries still agree. As a libtorch Sampler (for torch::data's DataLoader)
-// each reset() moves the shared epoch on, so that every epoch is reshuffled without a
-// set_epoch() call. Loading the data is not this file's job.
+// Every rank computes the same order of [0, size) from seed + epoch (epoch_order in
+// permutation.h) and takes every num_replicas-th element starting at its rank. As a
+// libtorch Sampler (for torch::data's DataLoader) each reset() moves the shared epoch on,
+// so that every epoch is reshuffled without a set_epoch() call. Loading the data is not
+// this file's job.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kolo/torch.h"
+#include "permutation.h"
 
 namespace kolo {
-namespace {
-
-// Uniform in [0, bound) without modulo bias: reject draws from the incomplete last block.
-std::uint64_t draw_below(std::mt19937_64& rng, std::uint64_t bound) {
-  const std::uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-  std::uint64_t x;
-  do {
-    x = rng();
-  } while (x >= limit);
-  return x % bound;
-}
-
-}  // namespace
 
 DistributedSampler::DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank,
                                        bool shuffle, std::uint64_t seed, bool drop_last)
@@ -74,13 +58,7 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
     for (std::int64_t k = 0; k < n; ++k) shard.push_back(rank_ + k * replicas_);
     return shard;
   }
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(size_));
-  std::iota(perm.begin(), perm.end(), std::int64_t{0});
-  std::mt19937_64 rng(seed_ + static_cast<std::uint64_t>(shared_->epoch));
-  for (std::int64_t i = size_ - 1; i > 0; --i) {
-    const auto j = static_cast<std::int64_t>(draw_below(rng, static_cast<std::uint64_t>(i) + 1));
-    std::swap(perm[i], perm[j]);
-  }
+  const std::vector<std::int64_t> perm = data::epoch_order(size_, true, seed_, shared_->epoch);
   for (std::int64_t k = 0; k < n; ++k) shard.push_back(perm[rank_ + k * replicas_]);
   return shard;
 }
