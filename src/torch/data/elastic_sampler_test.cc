@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,54 @@ TEST(ElasticSamplerTest, DataLoaderResetGoesOnFromTheFirstUnrecordedSample) {
   EXPECT_EQ(s.recorded(), 6);
   s.next(100);
   EXPECT_FALSE(s.next(1).has_value());
+}
+
+// Inside libtorch's DataLoader (which keeps a copy of the sampler and asks for batches
+// ahead with workers): a pass that stops halfway, a commit, a failure and a reshard over
+// two ranks, then both ranks' loaders finish the epoch; the committed work covers it once.
+TEST(ElasticSamplerTest, WorksInADataLoader) {
+  for (std::size_t workers : {0, 2}) {
+    SCOPED_TRACE(::testing::Message() << workers << " loader workers");
+    const std::int64_t size = 45;
+    auto loader_of = [&](ElasticSampler& s) {
+      return torch::data::make_data_loader(
+          torch::data::datasets::TensorDataset(torch::arange(size)), s,
+          torch::data::DataLoaderOptions().batch_size(4).workers(workers));
+    };
+    std::map<std::int64_t, int> committed;
+    ElasticSampler alone(size, true, 8);
+    alone.reshard(1, 0);
+    {
+      auto loader = loader_of(alone);
+      int batches = 0;
+      for (auto& batch : *loader) {
+        for (auto& example : batch) ++committed[example.data.item<std::int64_t>()];
+        alone.record_batch(static_cast<std::int64_t>(batch.size()));  // on the kept copy
+        if (++batches == 5) break;
+      }
+    }
+    alone.save_progress({alone.recorded()});
+    EXPECT_EQ(alone.remaining(), size - 20);
+    alone.record_batch(4);  // trained on, then the job lost a worker: not committed
+    alone.restore_progress();
+    const std::string root = alone.progress();
+    std::vector<ElasticSampler> ranks;  // not vector(2, s): copies share their state
+    for (int r = 0; r < 2; ++r) ranks.emplace_back(size, true, 8);
+    for (int r = 0; r < 2; ++r) ranks[r].load_progress(root, 2, r);
+    std::vector<std::int64_t> counts;
+    for (auto& s : ranks) {
+      auto loader = loader_of(s);
+      for (auto& batch : *loader) {
+        for (auto& example : batch) ++committed[example.data.item<std::int64_t>()];
+        s.record_batch(static_cast<std::int64_t>(batch.size()));
+      }
+      counts.push_back(s.recorded());
+    }
+    for (auto& s : ranks) s.save_progress(counts);
+    EXPECT_EQ(ranks[0].remaining(), 0);
+    EXPECT_EQ(static_cast<std::int64_t>(committed.size()), size);
+    for (const auto& [i, n] : committed) EXPECT_EQ(n, 1) << "index " << i;
+  }
 }
 
 TEST(ElasticSamplerTest, ArchiveKeepsTheProgress) {
