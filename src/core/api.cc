@@ -3,15 +3,15 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/deadline.h"
 #include "common/logging.h"
 #include "core/config.h"
-#include "core/job_store.h"
 #include "core/elastic_membership.h"
+#include "core/job_store.h"
 #include "core/launch_env.h"
 #include "core/ops.h"
 #include "core/runtime.h"
@@ -88,7 +88,10 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
   log::set_rank(launch.rank);
 
   std::string transport = config.transport;
-  if (transport == "auto") transport = core::auto_transport(launch);
+  if (transport == "auto") {
+    // An elastic generation of one worker may grow: it runs on Gloo too.
+    transport = config.elastic ? "gloo" : core::auto_transport(launch);
+  }
   config.transport = transport;
   if (config.elastic) {
     if (launch.launcher != "kolorun" || !launch.uses_store() || config.elastic_id < 0) {
@@ -102,8 +105,8 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
                   "kolo::init() failed: elastic jobs run on the Gloo transport, but KOLO_TRANSPORT "
                   "is '" +
                       transport +
-                      "' (the MPI transport is not elastic: an MPI job cannot lose or gain "
-                      "processes); unset KOLO_TRANSPORT or set it to gloo");
+                      "' (only Gloo's worlds can be rebuilt with other members; an MPI job "
+                      "cannot lose or gain processes); unset KOLO_TRANSPORT or set it to gloo");
     }
   }
   const transport::TransportFactory* t = transport::find_transport(transport);
@@ -183,8 +186,8 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
                                << topo.rank << " of " << topo.size << "; using the transport's";
   }
   if (config.elastic) {
-    KOLO_LOG(kInfo, "elastic") << "generation " << g_generation << ": rank " << topo.rank
-                               << " of " << topo.size;
+    KOLO_LOG(kInfo, "elastic") << "generation " << g_generation << ": rank " << topo.rank << " of "
+                               << topo.size;
   }
   g_runtime = std::move(runtime);
   static std::once_flag registered;
@@ -206,13 +209,14 @@ void init(const std::map<std::string, std::string>& settings) {
   core::parse_config(env, &config).throw_if_error();
   // The first generation an elastic worker joins: the one kolorun started it for, or the
   // one after the last it was in (init after shutdown).
-  const std::int64_t from =
-      g_generation >= 0 ? g_generation + 1 : config.elastic_generation;
+  const std::int64_t from = g_generation >= 0 ? g_generation + 1 : config.elastic_generation;
   g_env = env;
   std::string why;
   if (!start_runtime(env, from, &why)) {
-    throw Error(ErrorCode::kShutdown, "kolo::init() failed: this worker is not part of the "
-                                      "elastic job any more: " + why);
+    throw Error(ErrorCode::kShutdown,
+                "kolo::init() failed: this worker is not part of the "
+                "elastic job any more: " +
+                    why);
   }
 }
 
@@ -265,8 +269,8 @@ bool hosts_updated() {
     bool exists = false;
     Status s = core::newer_plan_exists(*store, g, &exists);
     if (!s.ok()) {
-      throw_error(s.code(), "kolo::elastic::hosts_updated(): cannot read the job's store: " +
-                                s.message());
+      throw_error(s.code(),
+                  "kolo::elastic::hosts_updated(): cannot read the job's store: " + s.message());
     }
     newer = exists ? 1 : 0;
   }

@@ -115,7 +115,8 @@ Status join_generation(rendezvous::Store& store, std::int64_t id, std::int64_t f
                      " on " + members[r].host + ")";
         }
         return PeerFailure("generation " + std::to_string(g) +
-                           " of the elastic job did not form within " + (number_string(timeout_s) + " s") +
+                           " of the elastic job did not form within " +
+                           (number_string(timeout_s) + " s") +
                            " (KOLO_ELASTIC_TIMEOUT_SECONDS): " + missing + " never arrived");
       }
     }

@@ -639,9 +639,8 @@ void Runtime::stop(Loop& loop) {
                     (loop.fatal.ok() && !loop.exited_ranks.empty());
   if (config_.elastic && left) {
     const std::string why =
-        loop.fatal.ok()
-            ? shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank)
-            : loop.fatal.message();
+        loop.fatal.ok() ? shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank)
+                        : loop.fatal.message();
     KOLO_LOG(kWarning, "elastic") << "this generation of the elastic job ended: " << why;
     fail_all(workers_changed(why));
   } else if (!loop.fatal.ok()) {

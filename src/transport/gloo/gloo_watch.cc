@@ -124,8 +124,9 @@ std::string GlooCommunicator::gone_peers(bool wait) {
           std::string sentence;
           bool there = false;
           if (m != rank() &&
-              w.store->try_get(w.options.launcher_prefix + "/exit/" + std::to_string(members_[m]),
-                              &sentence, &there)
+              w.store
+                  ->try_get(w.options.launcher_prefix + "/exit/" + std::to_string(members_[m]),
+                            &sentence, &there)
                   .ok() &&
               there) {
             notices += (notices.empty() ? "" : "; ") + sentence;
