@@ -125,6 +125,7 @@ TEST(NextPlan, WorkersOfAVanishedHostOrBeyondTheCapAreRemoved) {
   r.living = {{0, "a"}, {1, "b"}, {2, "a"}, {3, "a"}};
   r.hosts = {{"a", 2}};  // b left; a has 2 slots now
   r.min_np = 1;
+  r.next_id = 4;
   PlanResult p = next_plan(r);
   ASSERT_FALSE(p.wait);
   EXPECT_EQ(ids(p.members), (std::vector<int>{0, 2}));
@@ -143,6 +144,7 @@ TEST(NextPlan, WaitsWhenFewerThanMinFit) {
   r.hosts = {{"a", 2}, {"b", 1}};
   r.blocked = {"a", "b"};
   r.min_np = 2;
+  r.next_id = 1;
   PlanResult p = next_plan(r);
   EXPECT_TRUE(p.wait);
   EXPECT_EQ(p.workers, 1);

@@ -609,6 +609,7 @@ int main(int argc, char** argv) {
                      "LO*2^n + U(0,1)*LO seconds (its n-th failure), at least LO, at most HI "
                      "(default: blacklisted for good)")
           ->expected(2)
+          ->allow_extra_args(false)
           ->type_name("LO HI");
   auto* timeout_opt = app.add_option("--elastic-timeout", elastic_timeout,
                                      "an elastic job: how long it waits for --min-np slots "
