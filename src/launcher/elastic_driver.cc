@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -282,11 +282,12 @@ void Driver::replan(const std::string& why, bool force) {
     bool for_good = o_.discovery_script.empty() && !hosts_.empty();
     for (const auto& h : hosts_) for_good = for_good && blacklist_.blocked_for_good(h.host, now);
     if (for_good) {
-      give_up("every host is blacklisted (a worker failed on each, and there is no "
-              "--blacklist-cooldown-range): " +
-                  plural(plan.workers, "worker remains", "workers remain") + " of --min-np " +
-                  std::to_string(o_.min_np) + "; stopping",
-              first_failure_status_.value_or(1));
+      give_up(
+          "every host is blacklisted (a worker failed on each, and there is no "
+          "--blacklist-cooldown-range): " +
+              plural(plan.workers, "worker remains", "workers remain") + " of --min-np " +
+              std::to_string(o_.min_np) + "; stopping",
+          first_failure_status_.value_or(1));
       return;
     }
     if (!wait_since_ || waiting_workers_ != plan.workers) {
@@ -302,8 +303,9 @@ void Driver::replan(const std::string& why, bool force) {
   if (!force && !plans_.empty() && plan.members == plans_.back()) return;
   const int g = static_cast<int>(plans_.size());
   if (o_.reset_limit >= 0 && g > o_.reset_limit) {
-    give_up("the job was reset " + plural(g, "time", "times") + ", the reset limit (--reset-limit " +
-                std::to_string(o_.reset_limit) + "); stopping",
+    give_up("the job was reset " + plural(g, "time", "times") +
+                ", the reset limit (--reset-limit " + std::to_string(o_.reset_limit) +
+                "); stopping",
             first_failure_status_.value_or(1));
     return;
   }
@@ -321,8 +323,9 @@ bool Driver::write_plan(const PlanResult& plan, const std::string& why) {
   }
   plans_.push_back(plan.members);
   reset_requests_seen_ = 0;
-  std::string text = "generation " + std::to_string(g) + " (" + why + "): " +
-                     plural(static_cast<int>(plan.members.size()), "worker", "workers") + ":";
+  std::string text = "generation " + std::to_string(g) + " (" + why +
+                     "): " + plural(static_cast<int>(plan.members.size()), "worker", "workers") +
+                     ":";
   for (size_t rank = 0; rank < plan.members.size(); ++rank) {
     text += (rank ? ", id " : " id ") + std::to_string(plan.members[rank].id) + " on " +
             plan.members[rank].host;
@@ -441,7 +444,8 @@ void Driver::on_user_signal(int sig) {
   user_signal_ = sig;
   say(std::string("received ") + stop_signal_name(sig) + ", stopping the job");
   if (!finished_ && !store_failed_) {
-    (void)o_.store->set("elastic/finished", std::string("kolorun received ") + stop_signal_name(sig));
+    (void)o_.store->set("elastic/finished",
+                        std::string("kolorun received ") + stop_signal_name(sig));
   }
   finished_ = true;
   stop_all();

@@ -173,7 +173,8 @@ Status parse_plan(const std::string& text, std::vector<PlanMember>* out) {
           m.cross_size) ||
         (words >> extra)) {
       return InvalidArgument("elastic plan line " + std::to_string(members.size() + 1) + ", '" +
-                             line + "': expected ID HOST LOCAL_RANK LOCAL_SIZE CROSS_RANK "
+                             line +
+                             "': expected ID HOST LOCAL_RANK LOCAL_SIZE CROSS_RANK "
                              "CROSS_SIZE");
     }
     members.push_back(m);

@@ -88,8 +88,8 @@ struct PlanRequest {
   // Hosts where no new worker may start (the blacklist): their living workers stay.
   std::set<std::string> blocked;
   int min_np = 1;
-  int max_np = 0;    // at most this many workers; 0: as many as there are slots
-  int next_id = 0;   // the id the first new worker gets
+  int max_np = 0;   // at most this many workers; 0: as many as there are slots
+  int next_id = 0;  // the id the first new worker gets
 };
 
 struct PlanResult {

@@ -162,8 +162,8 @@ TEST(NextPlan, WaitsWhenFewerThanMinFit) {
 }
 
 TEST(PlanText, RoundTripsAndNamesABadLine) {
-  const std::vector<PlanMember> m = {{4, "a", 0, 2, 0, 2}, {0, "b", 0, 1, 1, 2},
-                                     {7, "a", 1, 2, 0, 1}};
+  const std::vector<PlanMember> m = {
+      {4, "a", 0, 2, 0, 2}, {0, "b", 0, 1, 1, 2}, {7, "a", 1, 2, 0, 1}};
   EXPECT_EQ(format_plan(m), "4 a 0 2 0 2\n0 b 0 1 1 2\n7 a 1 2 0 1\n");
   std::vector<PlanMember> back;
   ASSERT_TRUE(parse_plan(format_plan(m), &back).ok());

@@ -250,7 +250,8 @@ void Job::on_task_end(Worker* w, const WorkerExit& e) {
 }
 
 void Job::say_last_lines(const Worker& w) {
-  if (!w.last_lines.empty()) console_.message(2, last_lines_text(w.last_lines, worker_label(w.plan)));
+  if (!w.last_lines.empty())
+    console_.message(2, last_lines_text(w.last_lines, worker_label(w.plan)));
 }
 
 void Job::maybe_restart(Worker* w) {

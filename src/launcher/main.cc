@@ -267,9 +267,9 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own,
   const auto names = this_host_names();
   // An elastic job whose script may add other hosts listens beyond this host when told
   // where the workers reach it (--rendezvous-addr).
-  const bool one_host = launcher::runs_on_this_host_only(request, names) &&
-                        !(elastic && !elastic->discovery_script.empty() &&
-                          !own.rendezvous_addr.empty());
+  const bool one_host =
+      launcher::runs_on_this_host_only(request, names) &&
+      !(elastic && !elastic->discovery_script.empty() && !own.rendezvous_addr.empty());
   launcher::PlanInputs in;
   in.env = kolo::core::process_env();
   in.this_host_names = names;
@@ -409,8 +409,9 @@ struct ElasticArgs {
 int run_elastic_main(const ElasticArgs& a, const OwnLaunch& own) {
   launcher::ElasticOptions e;
   if (a.np == 0 && a.min_np == 0) {
-    return fail("an elastic job needs -np N or --min-np MIN: the workers it starts with and the "
-                "fewest it trains with (run kolorun --help for usage)");
+    return fail(
+        "an elastic job needs -np N or --min-np MIN: the workers it starts with and the "
+        "fewest it trains with (run kolorun --help for usage)");
   }
   e.min_np = a.min_np > 0 ? a.min_np : a.np;
   const int np = a.np > 0 ? a.np : e.min_np;
@@ -437,8 +438,9 @@ int run_elastic_main(const ElasticArgs& a, const OwnLaunch& own) {
     e.cooldown = launcher::Cooldown{a.cooldown[0], a.cooldown[1]};
   }
   if (!(a.elastic_timeout > 0) || !(a.discovery_interval > 0)) {
-    return fail(std::string(!(a.elastic_timeout > 0) ? "--elastic-timeout" : "--discovery-interval") +
-                " must be a positive number of seconds");
+    return fail(
+        std::string(!(a.elastic_timeout > 0) ? "--elastic-timeout" : "--discovery-interval") +
+        " must be a positive number of seconds");
   }
   e.reset_limit = a.reset_limit;
   e.default_slots = a.slots;
@@ -455,13 +457,13 @@ int run_elastic_main(const ElasticArgs& a, const OwnLaunch& own) {
   if (request.program.empty()) return fail("no program given: kolorun [OPTIONS] PROGRAM [ARGS...]");
   if (!a.discovery_script.empty()) {
     if (a.hosts_given || !a.hostfile.empty()) {
-      return fail("--host-discovery-script and " + std::string(a.hosts_given ? "-H" : "--hostfile") +
+      return fail("--host-discovery-script and " +
+                  std::string(a.hosts_given ? "-H" : "--hostfile") +
                   " both name the hosts: give one");
     }
     // The first run must work: later failures keep the last hosts.
-    if (Status s = launcher::run_discovery_script(a.discovery_script, a.slots,
-                                                  launcher::kDiscoveryTimeoutSeconds,
-                                                  &request.hosts);
+    if (Status s = launcher::run_discovery_script(
+            a.discovery_script, a.slots, launcher::kDiscoveryTimeoutSeconds, &request.hosts);
         !s.ok()) {
       return fail(s.message() + " (on its first run)");
     }
@@ -652,8 +654,9 @@ int main(int argc, char** argv) {
   }
   if (elastic) {
     if (ps_opt->count() > 0) {
-      return fail("--ps is not elastic: an elastic job (--min-np, --max-np, "
-                  "--host-discovery-script) is an allreduce job");
+      return fail(
+          "--ps is not elastic: an elastic job (--min-np, --max-np, "
+          "--host-discovery-script) is an allreduce job");
     }
     const char* mode = std::getenv(launcher::kLauncherModeVar);
     if (use_mpi || (mode != nullptr && std::string(mode) == "mpi")) {
@@ -661,9 +664,8 @@ int main(int argc, char** argv) {
                   (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") + " is not elastic");
     }
     return run_elastic_main({np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots,
-                             reset_limit, cooldown, elastic_timeout, discovery_interval,
-                             host_list, hosts_opt->count() > 0, hostfile, grace_seconds,
-                             app.remaining()},
+                             reset_limit, cooldown, elastic_timeout, discovery_interval, host_list,
+                             hosts_opt->count() > 0, hostfile, grace_seconds, app.remaining()},
                             [&] {
                               OwnLaunch own;
                               own.dry_run = dry_run;
@@ -716,7 +718,6 @@ int main(int argc, char** argv) {
       !s.ok()) {
     return fail(s.message());
   }
-
 
   const char* mode = std::getenv(launcher::kLauncherModeVar);
   const std::string mode_text = mode ? mode : "";

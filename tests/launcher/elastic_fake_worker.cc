@@ -123,7 +123,8 @@ int Worker::run() {
     }
     arrived_once_ = true;
     std::vector<std::string> keys;
-    for (size_t r = 0; r < plan.size(); ++r) keys.push_back(prefix + "arrived/" + std::to_string(r));
+    for (size_t r = 0; r < plan.size(); ++r)
+      keys.push_back(prefix + "arrived/" + std::to_string(r));
     bool all = false, abandoned = false;
     while (!all && !abandoned) {
       if (!store_->check(keys, &all).ok()) return fail("store check failed");

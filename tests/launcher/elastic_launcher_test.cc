@@ -82,8 +82,9 @@ TEST(ElasticLauncher, KillNineShrinksThreeToTwoToOneAndSurvivorsKeepTheirProcess
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "kolorun: rank 1 (host localhost) was killed by signal 9")) << r.err;
-  EXPECT_TRUE(contains(r.err, "generation 1 (rank 1 (id 1) failed): 2 workers: id 0 on "
-                              "localhost, id 2 on localhost"))
+  EXPECT_TRUE(contains(r.err,
+                       "generation 1 (rank 1 (id 1) failed): 2 workers: id 0 on "
+                       "localhost, id 2 on localhost"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "training is over")) << r.err;
 }
@@ -102,8 +103,9 @@ TEST(ElasticLauncher, AHostAddedByTheDiscoveryScriptGetsANewWorker) {
   touch(dir, "exit0.all");
   RunResult r = p.wait(20);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(contains(r.err, "generation 1 (the hosts changed): 3 workers: id 0 on localhost, "
-                              "id 1 on localhost, id 2 on 127.0.0.1"))
+  EXPECT_TRUE(contains(r.err,
+                       "generation 1 (the hosts changed): 3 workers: id 0 on localhost, "
+                       "id 1 on localhost, id 2 on 127.0.0.1"))
       << r.err;
 }
 
@@ -122,8 +124,9 @@ TEST(ElasticLauncher, AHostRemovedByTheDiscoveryScriptLosesItsWorkerWithoutAFail
   touch(dir, "exit0.all");
   RunResult r = p.wait(20);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(contains(r.err, "rank 2 (host 127.0.0.1) exited normally (it was no longer in the "
-                              "plan)"))
+  EXPECT_TRUE(contains(r.err,
+                       "rank 2 (host 127.0.0.1) exited normally (it was no longer in the "
+                       "plan)"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "blacklisted")) << r.err;
 }
@@ -147,8 +150,9 @@ TEST(ElasticLauncher, ARemovedWorkerThatStaysIsStoppedTenSecondsAfterTheOthersAr
   touch(dir, "exit0.all");
   RunResult r = p.wait(20);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(contains(r.err, "rank 1 (id 1) is no longer in the plan and did not leave: "
-                              "stopping it"))
+  EXPECT_TRUE(contains(r.err,
+                       "rank 1 (id 1) is no longer in the plan and did not leave: "
+                       "stopping it"))
       << r.err;
 }
 
@@ -175,8 +179,9 @@ TEST(ElasticLauncher, TooFewSlotsForLongerThanTheElasticTimeoutEndsTheJob) {
   const double took = now_s() - killed;
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_NE(r.status, 0);
-  EXPECT_TRUE(contains(r.err, "kolorun: the elastic job had 1 usable slot of --min-np 2 for 2 s "
-                              "(--elastic-timeout); stopping"))
+  EXPECT_TRUE(contains(r.err,
+                       "kolorun: the elastic job had 1 usable slot of --min-np 2 for 2 s "
+                       "(--elastic-timeout); stopping"))
       << r.err;
   EXPECT_GT(took, 1.8);
   EXPECT_LT(took, 6);
@@ -212,8 +217,9 @@ TEST(ElasticLauncher, TheResetLimitEndsTheJob) {
     ASSERT_FALSE(r.timed_out) << r.err;
     if (limit == 1) {
       EXPECT_EQ(r.status, 137) << r.err;
-      EXPECT_TRUE(contains(r.err, "kolorun: the job was reset 2 times, the reset limit "
-                                  "(--reset-limit 1); stopping"))
+      EXPECT_TRUE(contains(r.err,
+                           "kolorun: the job was reset 2 times, the reset limit "
+                           "(--reset-limit 1); stopping"))
           << r.err;
     } else {
       EXPECT_EQ(r.status, 0) << r.err;
@@ -224,8 +230,8 @@ TEST(ElasticLauncher, TheResetLimitEndsTheJob) {
 TEST(ElasticLauncher, ABlacklistedHostGetsNoNewWorkerUntilItsCooldownEnds) {
   for (bool cooldown : {false, true}) {
     ScratchDir dir;
-    std::vector<std::string> args = {"-H", "localhost:1,127.0.0.1:1", "--min-np", "1",
-                                     "--max-np", "2"};
+    std::vector<std::string> args = {"-H", "localhost:1,127.0.0.1:1", "--min-np", "1", "--max-np",
+                                     "2"};
     if (cooldown) args.insert(args.end(), {"--blacklist-cooldown-range", "1", "2"});
     KolorunProcess p(elastic(dir, args));
     ASSERT_TRUE(p.wait_for_lines(gen_text(0), 2, 20)) << p.out();
@@ -247,8 +253,9 @@ TEST(ElasticLauncher, ABlacklistedHostGetsNoNewWorkerUntilItsCooldownEnds) {
     RunResult r = p.wait(20);
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_TRUE(contains(r.err, "host 127.0.0.1 is blacklisted")) << r.err;
-    EXPECT_EQ(contains(r.err, "generation 2 (a blacklisted host's cooldown ended): 2 workers: "
-                              "id 0 on localhost, id 2 on 127.0.0.1"),
+    EXPECT_EQ(contains(r.err,
+                       "generation 2 (a blacklisted host's cooldown ended): 2 workers: "
+                       "id 0 on localhost, id 2 on 127.0.0.1"),
               cooldown)
         << r.err;
   }
@@ -309,8 +316,9 @@ TEST(ElasticLauncher, ClearErrorsOnTheCommandLine) {
   };
   EXPECT_TRUE(contains(err_of({"--min-np", "3", "--max-np", "2", "true"}),
                        "--min-np 3 is above --max-np 2"));
-  EXPECT_TRUE(contains(err_of({"--min-np", "2", "--mpi", "true"}),
-                       "elastic jobs run on kolorun's own launcher and Gloo; --mpi is not elastic"));
+  EXPECT_TRUE(
+      contains(err_of({"--min-np", "2", "--mpi", "true"}),
+               "elastic jobs run on kolorun's own launcher and Gloo; --mpi is not elastic"));
   EXPECT_TRUE(contains(err_of({"--min-np", "1", "--host-discovery-script", "exit 7", "true"}),
                        "exited with status 7 (on its first run)"));
   dir.write("hosts", "a:2\nb:two\n");
@@ -324,8 +332,8 @@ TEST(ElasticLauncher, ClearErrorsOnTheCommandLine) {
 }
 
 TEST(ElasticLauncher, DryRunShowsTheFirstPlan) {
-  RunResult r = run_kolorun({"--dry-run", "--min-np", "2", "--max-np", "3", "-H",
-                             "localhost:2,127.0.0.1:2", "./train"});
+  RunResult r = run_kolorun(
+      {"--dry-run", "--min-np", "2", "--max-np", "3", "-H", "localhost:2,127.0.0.1:2", "./train"});
   ASSERT_EQ(r.status, 0) << r.err;
   const auto lines = lines_of(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
