@@ -192,14 +192,24 @@ class State {
 
   // save() then check_host_updates(): collective, call it on every rank at the same point
   // (e.g. every N batches). Throws HostsUpdatedInterrupt after saving when workers are to
-  // be added or removed; kolo::WorkersChanged when a worker left (nothing was saved then:
-  // the previous commit stays).
+  // be added or removed; kolo::WorkersChanged when a worker left (if the save had not
+  // finished, the previous one stays).
   void commit();
+  // The snapshot (save_state) and one more commit counted. May be collective
+  // (TorchState's is when a sampler is attached): call it on every rank together, as
+  // commit() does. commit() is save() and check_host_updates(); call these two yourself
+  // to do something between them (e.g. log the commit).
+  void save();
   // Collective (kolo::elastic::hosts_updated()): throws HostsUpdatedInterrupt on every rank
   // together when kolorun has a newer set of workers; nothing when the job is not elastic.
   void check_host_updates();
-  // The commit this state holds: the number of commits made in the job before it (its
-  // own, or the root's at the last sync). 0 until the first commit.
+  // Back to the last snapshot (local): the last save(), or the last sync().
+  void restore();
+  // Collective: chooses the root as described above, makes every rank's state root's
+  // (sync_from), then takes root's commit count.
+  void sync();
+  // The age of the state this rank holds: the number of saves (commits) it descends from,
+  // its own or, after a sync, the root's. 0 until the first save; restore() keeps it.
   std::int64_t commits() const { return commits_; }
 
   // Each runs after every reset, in order, before sync(): e.g. set the learning rate for
@@ -211,19 +221,14 @@ class State {
   // Runs the reset callbacks (run() calls it after each reset).
   void on_reset();
 
-  // The snapshot: may be collective (TorchState's is when a sampler is attached), so call
-  // it on every rank together, as commit() does. The previous snapshot must stay intact
-  // if it throws.
-  virtual void save() = 0;
-  // Back to the last snapshot (local).
-  virtual void restore() = 0;
-  // Collective: chooses the root as described above, makes every rank's state root's
-  // (sync_from), then takes root's age.
-  void sync();
-
  protected:
-  // Every rank's state becomes root's (the same root on every rank), then a local snapshot
-  // of it is taken, so that restore() before the next commit returns to the synced state.
+  // What a State of your own implements. save_state: the snapshot; it may communicate
+  // (save() is called on every rank together) and must leave the previous snapshot intact
+  // if it throws. restore_state: back to the snapshot, locally. sync_from: every rank's
+  // state becomes root's (the same root on every rank), then a local snapshot of it is
+  // taken, so that restore() before the next save returns to the synced state.
+  virtual void save_state() = 0;
+  virtual void restore_state() = 0;
   virtual void sync_from(int root) = 0;
 
  private:
@@ -259,10 +264,9 @@ class TorchState : public State {
   // (attaching takes a snapshot of it). One sampler per state; attaching another replaces it.
   void attach(ElasticSampler& sampler);
 
-  void save() override;
-  void restore() override;
-
  protected:
+  void save_state() override;
+  void restore_state() override;
   void sync_from(int root) override;
 
  private:

@@ -1,18 +1,22 @@
 // The public free functions of include/kolo/kolo.h, acting on one default Runtime.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/deadline.h"
 #include "common/logging.h"
 #include "core/config.h"
+#include "core/elastic_membership.h"
 #include "core/job_store.h"
 #include "core/launch_env.h"
 #include "core/ops.h"
 #include "core/runtime.h"
 #include "kolo/kolo.h"
+#include "rendezvous/elastic_keys.h"
 #include "rendezvous/prefix_store.h"
 #include "transport/table.h"
 
@@ -62,11 +66,20 @@ void shutdown_at_exit() {
 
 void init() { init(std::map<std::string, std::string>{}); }
 
-void init(const std::map<std::string, std::string>& settings) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_runtime) return;
-  core::Env env = core::process_env();
-  for (const auto& [name, value] : settings) env[name] = value;
+namespace {
+
+// The environment and options of this process's inits (guarded by g_mu): the first init's
+// settings stay for the elastic resets that start the later generations.
+core::Env g_env;
+// Elastic jobs: the generation the runtime is (or was last) in; -1 before the first; and
+// the hosts_updated() calls made in it (they name its broadcasts alike on every member).
+std::int64_t g_generation = -1;
+std::uint64_t g_hosts_checks = 0;
+
+// Starts the default runtime (g_mu held, none running). `generation_from` (elastic jobs):
+// join kolorun's newest membership of at least this generation. Returns false when this
+// elastic worker is not in the job any more (*why says why; nothing started).
+bool start_runtime(const core::Env& env, std::int64_t generation_from, std::string* why) {
   core::Config config;
   core::parse_config(env, &config).throw_if_error();
   log::set_level(config.log_level);
@@ -75,8 +88,27 @@ void init(const std::map<std::string, std::string>& settings) {
   log::set_rank(launch.rank);
 
   std::string transport = config.transport;
-  if (transport == "auto") transport = core::auto_transport(launch);
+  if (transport == "auto") {
+    // An elastic generation of one worker may grow: it runs on Gloo too.
+    transport = config.elastic ? "gloo" : core::auto_transport(launch);
+  }
   config.transport = transport;
+  if (config.elastic) {
+    if (launch.launcher != "kolorun" || !launch.uses_store() || config.elastic_id < 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "kolo::init() failed: KOLO_ELASTIC=1 needs kolorun's elastic driver (start the "
+                  "job with kolorun --min-np MIN --max-np MAX ...; it sets KOLO_ELASTIC_ID and "
+                  "the store's address)");
+    }
+    if (transport != "gloo") {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "kolo::init() failed: elastic jobs run on the Gloo transport, but KOLO_TRANSPORT "
+                  "is '" +
+                      transport +
+                      "' (only Gloo's worlds can be rebuilt with other members; an MPI job "
+                      "cannot lose or gain processes); unset KOLO_TRANSPORT or set it to gloo");
+    }
+  }
   const transport::TransportFactory* t = transport::find_transport(transport);
   if (!t) {
     throw Error(ErrorCode::kUnsupported,
@@ -84,32 +116,58 @@ void init(const std::map<std::string, std::string>& settings) {
                     "' transport (install libopenmpi-dev for mpi or libgloo-dev for gloo, and "
                     "rebuild)");
   }
-  transport::TransportContext context = core::transport_context(config, launch);
   // A job that meets through a store (kolorun, TF_CONFIG, torch-style, Slurm with an
   // address): open it once per process (rank 0 of a job without kolorun hosts it, for the
   // process's life, so that init after shutdown finds it), then wait, bounded, for every
-  // task under this init's own prefix ("init/<n>": every rank inits as often).
-  if (launch.uses_store() && launch.size > 1) {
-    Status s;
-    if (!g_job) {
-      auto job = std::make_shared<core::JobStore>();
-      s = core::open_job_store(launch, config, job.get());
-      if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
-      g_job = std::move(job);
-    }
-    const std::string prefix = "init/" + std::to_string(g_inits++);
-    const std::shared_ptr<rendezvous::Store> root = g_job->store;
-    g_job->store = std::make_shared<rendezvous::PrefixStore>(root, prefix);
-    s = core::join_job(*g_job, launch, config.start_timeout_seconds);
-    g_job->store = root;
+  // task under this init's own prefix ("init/<n>": every rank inits as often). An elastic
+  // worker meets its generation's members instead (core/elastic_membership.h), under
+  // "elastic/<g>".
+  const bool meets = launch.uses_store() && (launch.size > 1 || config.elastic);
+  if (meets && !g_job) {
+    auto job = std::make_shared<core::JobStore>();
+    Status s = core::open_job_store(launch, config, job.get());
     if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
-    context.store = root;
-    context.store_prefix = prefix;
+    g_job = std::move(job);
   }
-  context.deadline = deadline_after(config.start_timeout_seconds);
-  std::string why;
-  if (!t->available(context, &why)) {
-    throw Error(ErrorCode::kInvalidArgument, "kolo::init() failed: " + why);
+  transport::TransportContext context;
+  if (config.elastic) {
+    core::ElasticMembership m;
+    Status s = core::join_generation(*g_job->store, config.elastic_id, generation_from,
+                                     config.elastic_timeout_seconds, &m);
+    if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
+    if (m.removed) {
+      *why = m.why;
+      return false;
+    }
+    launch.rank = m.rank;
+    launch.size = m.size;
+    launch.local_rank = m.local_rank;
+    launch.local_size = m.local_size;
+    log::set_rank(launch.rank);
+    g_generation = m.generation;
+    g_hosts_checks = 0;
+    context = core::transport_context(config, launch);
+    context.store = g_job->store;
+    context.store_prefix = rendezvous::elastic_keys::generation_prefix(m.generation);
+    context.launcher_prefix = rendezvous::elastic_keys::launcher_prefix(m.generation);
+  } else {
+    context = core::transport_context(config, launch);
+    if (meets) {
+      const std::string prefix = "init/" + std::to_string(g_inits++);
+      const std::shared_ptr<rendezvous::Store> root = g_job->store;
+      g_job->store = std::make_shared<rendezvous::PrefixStore>(root, prefix);
+      Status s = core::join_job(*g_job, launch, config.start_timeout_seconds);
+      g_job->store = root;
+      if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
+      context.store = root;
+      context.store_prefix = prefix;
+    }
+  }
+  context.deadline = deadline_after(config.elastic ? config.elastic_timeout_seconds
+                                                   : config.start_timeout_seconds);
+  std::string unavailable;
+  if (!t->available(context, &unavailable)) {
+    throw Error(ErrorCode::kInvalidArgument, "kolo::init() failed: " + unavailable);
   }
   core::Runtime::CommunicatorFactory factory =
       [t, context](std::unique_ptr<transport::Communicator>* out) {
@@ -127,12 +185,39 @@ void init(const std::map<std::string, std::string>& settings) {
                                << launch.size << " but the " << transport << " transport says rank "
                                << topo.rank << " of " << topo.size << "; using the transport's";
   }
+  if (config.elastic) {
+    KOLO_LOG(kInfo, "elastic") << "generation " << g_generation << ": rank " << topo.rank << " of "
+                               << topo.size;
+  }
   g_runtime = std::move(runtime);
   static std::once_flag registered;
   std::call_once(registered, [] {
     g_init_pid = getpid();
     std::atexit(shutdown_at_exit);
   });
+  return true;
+}
+
+}  // namespace
+
+void init(const std::map<std::string, std::string>& settings) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) return;
+  core::Env env = core::process_env();
+  for (const auto& [name, value] : settings) env[name] = value;
+  core::Config config;
+  core::parse_config(env, &config).throw_if_error();
+  // The first generation an elastic worker joins: the one kolorun started it for, or the
+  // one after the last it was in (init after shutdown).
+  const std::int64_t from = g_generation >= 0 ? g_generation + 1 : config.elastic_generation;
+  g_env = env;
+  std::string why;
+  if (!start_runtime(env, from, &why)) {
+    throw Error(ErrorCode::kShutdown,
+                "kolo::init() failed: this worker is not part of the "
+                "elastic job any more: " +
+                    why);
+  }
 }
 
 void shutdown() {
@@ -143,6 +228,93 @@ void shutdown() {
   }
   if (runtime) runtime->shutdown();
 }
+
+namespace elastic {
+
+namespace {
+
+// g_mu held.
+bool enabled_locked() {
+  core::Config config;
+  return core::parse_config(g_env.empty() ? core::process_env() : g_env, &config).ok() &&
+         config.elastic;
+}
+
+}  // namespace
+
+bool enabled() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return enabled_locked();
+}
+
+int generation() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime && enabled_locked() ? static_cast<int>(g_generation) : -1;
+}
+
+bool hosts_updated() {
+  std::shared_ptr<rendezvous::Store> store;
+  std::int64_t g = -1;
+  std::uint64_t check = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!enabled_locked() || !g_runtime) return false;
+    g = g_generation;
+    check = g_hosts_checks++;
+    if (g_runtime->topology().rank == 0) store = g_job->store;
+  }
+  // Rank 0 decides, so every rank of the generation answers alike at this point.
+  std::int64_t newer = 0;
+  if (store) {
+    bool exists = false;
+    Status s = core::newer_plan_exists(*store, g, &exists);
+    if (!s.ok()) {
+      throw_error(s.code(),
+                  "kolo::elastic::hosts_updated(): cannot read the job's store: " + s.message());
+    }
+    newer = exists ? 1 : 0;
+  }
+  BroadcastOptions options;
+  options.name = "kolo.elastic.hosts_updated." + std::to_string(g) + "." + std::to_string(check);
+  broadcast(TensorView{&newer, DataType::kInt64, {}}, options);
+  return newer != 0;
+}
+
+bool reset() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!enabled_locked()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "kolo::elastic::reset(): this job is not elastic (start it with kolorun --min-np "
+                "MIN --max-np MAX ...)");
+  }
+  std::shared_ptr<core::Runtime> runtime;
+  runtime.swap(g_runtime);
+  const std::int64_t last = g_generation;
+  if (runtime) runtime->shutdown();
+  runtime.reset();
+  if (g_job && last >= 0) {
+    // kolorun writes the next plan once it has reaped a worker that died; a generation
+    // that failed with every process alive (a peer timed out) needs asking for one.
+    const Deadline until = deadline_after(1.0);
+    bool newer = false;
+    while (core::newer_plan_exists(*g_job->store, last, &newer).ok() && !newer &&
+           Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!newer) {
+      std::int64_t requests = 0;
+      (void)g_job->store->add(rendezvous::elastic_keys::reset_requests_key(last), 1, &requests);
+    }
+  }
+  std::string why;
+  if (!start_runtime(g_env, last + 1, &why)) {
+    KOLO_LOG(kWarning, "elastic") << "this worker leaves the elastic job: " << why;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace elastic
 
 bool is_initialized() {
   std::lock_guard<std::mutex> lock(g_mu);

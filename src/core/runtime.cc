@@ -40,6 +40,13 @@ std::string shutdown_message(const std::vector<int>& shutdown_ranks,
 
 }  // namespace
 
+Status workers_changed(const std::string& why) {
+  return Status(ErrorCode::kWorkersChanged,
+                "a worker left this generation of the elastic job (" + why +
+                    "); kolo::elastic::run restores the last commit and goes on with the "
+                    "workers that are left");
+}
+
 Runtime::Runtime(Config config, CommunicatorFactory factory)
     : config_(std::move(config)), factory_(std::move(factory)) {
   tunables_.fusion_threshold_bytes = config_.fusion_threshold_bytes;
@@ -356,6 +363,9 @@ struct Runtime::Loop {
 
 bool Runtime::start_transport(transport::CycleBell** bell) {
   Status status = factory_(&comm_);
+  if (config_.elastic && status.code() == ErrorCode::kPeerFailure) {
+    status = workers_changed(status.message());  // a member left while the generation formed
+  }
   // The timeline starts before start() returns, so it sees the first request.
   if (status.ok() && !config_.timeline_path.empty() && comm_->rank() == 0) {
     Status t = timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
@@ -623,7 +633,17 @@ Status Runtime::remove_set(Loop& loop, const Response& r) {
 }
 
 void Runtime::stop(Loop& loop) {
-  if (!loop.fatal.ok()) {
+  // In an elastic job a worker that is gone (failed, or its program ended without
+  // kolo::shutdown()) ends this generation, not the job: kolo::elastic::run goes on.
+  const bool left = loop.fatal.code() == ErrorCode::kPeerFailure ||
+                    (loop.fatal.ok() && !loop.exited_ranks.empty());
+  if (config_.elastic && left) {
+    const std::string why =
+        loop.fatal.ok() ? shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank)
+                        : loop.fatal.message();
+    KOLO_LOG(kWarning, "elastic") << "this generation of the elastic job ended: " << why;
+    fail_all(workers_changed(why));
+  } else if (!loop.fatal.ok()) {
     KOLO_LOG(kError, "runtime") << loop.fatal.message();
     fail_all(loop.fatal);
   } else {

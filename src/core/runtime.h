@@ -33,6 +33,10 @@ namespace kolo::core {
 
 class FusionBuffer;
 
+// The error of an elastic generation that lost a worker (kWorkersChanged): `why` is the
+// peer failure or the departure the transport reported.
+Status workers_changed(const std::string& why);
+
 class Runtime {
  public:
   // Creates the communicator; called once on the background thread, which is the only

@@ -24,9 +24,15 @@ const char* HostsUpdatedInterrupt::what() const noexcept {
 
 void State::commit() {
   save();
-  ++commits_;
   check_host_updates();
 }
+
+void State::save() {
+  save_state();
+  ++commits_;
+}
+
+void State::restore() { restore_state(); }
 
 void State::check_host_updates() {
   if (kolo::elastic::hosts_updated()) throw HostsUpdatedInterrupt();
@@ -83,8 +89,7 @@ bool run(State& state, const std::function<void(State&)>& train,
       train(state);
       return true;
     } catch (const WorkersChanged& e) {
-      KOLO_LOG(kWarning, "elastic") << e.what() << "; back to commit " << state.commits()
-                                    << " and on with the workers that are left";
+      KOLO_LOG(kWarning, "elastic") << "restoring commit " << state.commits() << ": " << e.what();
       state.restore();
     } catch (const HostsUpdatedInterrupt&) {
       KOLO_LOG(kInfo, "elastic") << "the set of workers changes at commit " << state.commits();

@@ -28,16 +28,15 @@ class Counter : public State {
   int saves = 0, restores = 0, syncs = 0;
   int fail_syncs = 0;  // the next syncs that throw WorkersChanged (a worker died in them)
 
-  void save() override {
+ protected:
+  void save_state() override {
     saved = value;
     ++saves;
   }
-  void restore() override {
+  void restore_state() override {
     value = saved;
     ++restores;
   }
-
- protected:
   void sync_from(int root) override {
     EXPECT_EQ(root, 0);
     ++syncs;
@@ -99,6 +98,7 @@ TEST(ElasticRunTest, HostsUpdatedAtACommitResetsWithoutRestoring) {
         if (++runs == 1) {
           state.value = 7;
           state.save();
+          EXPECT_EQ(state.commits(), 1) << "a save is a commit";
           state.value = 8;  // e.g. the interrupt came from the user's own check
           throw HostsUpdatedInterrupt();
         }

@@ -127,12 +127,12 @@ void TorchState::snapshot_locally() {
   saved_ = std::move(next);
 }
 
-void TorchState::save() {
+void TorchState::save_state() {
   if (sampler_) sampler_->save_progress();  // collective: may throw, then nothing changed
   snapshot_locally();
 }
 
-void TorchState::restore() {
+void TorchState::restore_state() {
   const Snapshot& s = *saved_;
   {
     torch::NoGradGuard no_grad;

@@ -64,6 +64,9 @@ struct TransportContext {
   // the launcher writes (launcher/...) are at the store's root.
   std::shared_ptr<rendezvous::Store> store;
   std::string store_prefix;
+  // Where the launcher publishes worker exits (kolorun: "<prefix>/exits", a counter, and
+  // "<prefix>/exit/<rank>"): "launcher", or an elastic generation's "elastic/<g>/launcher".
+  std::string launcher_prefix = "launcher";
   // The bound on creating the communicator (connecting to every peer).
   Deadline deadline = Deadline::max();
 };

@@ -82,11 +82,10 @@ void check_sync_takes_the_most_committed_rank() {
   const int commits = rank == 1 ? 3 : rank == 0 ? 1 : 0;
   for (int c = 0; c < commits; ++c) state.commit();
   state.sync();
-  expect(state.commits() == 3, "commits() after sync is " +
-                                        std::to_string(state.commits()) + ", want 3");
-  expect(state.value("epoch") == 10, "epoch value " +
-                                              std::to_string(state.value("epoch")) +
-                                              ", want rank 1's 10");
+  expect(state.commits() == 3,
+         "commits() after sync is " + std::to_string(state.commits()) + ", want 3");
+  expect(state.value("epoch") == 10,
+         "epoch value " + std::to_string(state.value("epoch")) + ", want rank 1's 10");
   Replica want(1);
   want.train(3);
   mine.net->train(false);
@@ -143,8 +142,8 @@ void check_run_outside_an_elastic_job() {
     opt.step();
     state.commit();
   });
-  expect(done && runs == 1, "run() returned " + std::to_string(done) + " after " +
-                                std::to_string(runs) + " runs");
+  expect(done && runs == 1,
+         "run() returned " + std::to_string(done) + " after " + std::to_string(runs) + " runs");
   const auto a = mine.net->parameters();
   const auto gathered = kolo::allgather(a[0].detach().reshape({1, -1}));
   for (int r = 1; r < kolo::size(); ++r)

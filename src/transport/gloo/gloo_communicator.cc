@@ -123,7 +123,7 @@ Status GlooCommunicator::create_world(const GlooOptions& options,
   if (options.launcher_notices) {
     std::string v;
     bool found = false;
-    if (store->try_get("launcher/exits", &v, &found).ok() && found) {
+    if (store->try_get(options.launcher_prefix + "/exits", &v, &found).ok() && found) {
       world->exits_at_start = std::atoll(v.c_str());
     }
   }

@@ -51,6 +51,9 @@ struct GlooOptions {
   // counter, and launcher/exit/<rank>, a sentence); then failures quote them, waiting up
   // to 2 s for the notice. Default false.
   bool launcher_notices = false;
+  // Where those notices are ("<prefix>/exits", "<prefix>/exit/<rank>"): "launcher", or an
+  // elastic generation's "elastic/<g>/launcher" (rendezvous/elastic_keys.h).
+  std::string launcher_prefix = "launcher";
 };
 
 // Creates the communicator of all `options.size` ranks: every rank calls it with the same

@@ -26,6 +26,7 @@ Status gloo_create(const TransportContext& context, std::unique_ptr<Communicator
   options.timeout_seconds = context.peer_timeout_seconds;
   options.deadline = context.deadline;
   options.launcher_notices = context.launcher == "kolorun";
+  options.launcher_prefix = context.launcher_prefix;
   if (!context.store_prefix.empty()) options.key_prefix = context.store_prefix + "/gloo/world";
   std::shared_ptr<rendezvous::Store> store = context.store;
   if (store == nullptr) {

@@ -118,13 +118,15 @@ std::string GlooCommunicator::gone_peers(bool wait) {
     for (;;) {
       std::string v;
       bool found = false;
-      if (w.store->try_get("launcher/exits", &v, &found).ok() && found &&
+      if (w.store->try_get(w.options.launcher_prefix + "/exits", &v, &found).ok() && found &&
           std::atoll(v.c_str()) > w.exits_at_start) {
         for (int m = 0; m < size(); ++m) {
           std::string sentence;
           bool there = false;
           if (m != rank() &&
-              w.store->try_get("launcher/exit/" + std::to_string(members_[m]), &sentence, &there)
+              w.store
+                  ->try_get(w.options.launcher_prefix + "/exit/" + std::to_string(members_[m]),
+                            &sentence, &there)
                   .ok() &&
               there) {
             notices += (notices.empty() ? "" : "; ") + sentence;
