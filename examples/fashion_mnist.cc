@@ -42,7 +42,7 @@ struct Flags {
   // --elastic: Horovod's elastic workflow (kolorun --min-np/--max-np): commit every N steps.
   bool elastic = false;
   std::int64_t commit_every = 100;
-  std::string elastic_log;      // each worker appends what it trained on here (tests)
+  std::string elastic_log;       // each worker appends what it trained on here (tests)
   std::int64_t train_limit = 0;  // train on the first N images only (0 = all)
 };
 
@@ -193,15 +193,17 @@ int train(const Flags& flags) {
   const torch::Device device = kolo::device();
   if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
   // Every rank loads (and checks) the data itself, so a bad file fails every rank.
-  Dataset train_set = load(flags.data, "train", size,
-                           "fewer than the " + std::to_string(size) +
-                               " workers, each of which trains on at least one",
-                           device);
+  Dataset train_set = load(
+      flags.data, "train", size,
+      "fewer than the " + std::to_string(size) + " workers, each of which trains on at least one",
+      device);
   const Dataset test_set = load(flags.data, "t10k", 1,
                                 "the test set is empty, so there is no accuracy to report", device);
   if (flags.train_limit > 0 && flags.train_limit < train_set.labels.size(0)) {
-    train_set.images = train_set.images.slice(0, 0, std::max<std::int64_t>(flags.train_limit, size));
-    train_set.labels = train_set.labels.slice(0, 0, std::max<std::int64_t>(flags.train_limit, size));
+    train_set.images =
+        train_set.images.slice(0, 0, std::max<std::int64_t>(flags.train_limit, size));
+    train_set.labels =
+        train_set.labels.slice(0, 0, std::max<std::int64_t>(flags.train_limit, size));
   }
   Net model;
   model->to(device);

@@ -71,9 +71,10 @@ int main(int argc, char** argv) {
       if (c == 0 && missing++ == 0) first_missing = i;
       if (c > 1 && twice++ == 0) first_twice = i;
     }
-    std::printf("epoch %ld: %ld images, %ld never trained on (first %ld), %ld more than once "
-                "(first %ld)\n",
-                e + 1, images, missing, first_missing, twice, first_twice);
+    std::printf(
+        "epoch %ld: %ld images, %ld never trained on (first %ld), %ld more than once "
+        "(first %ld)\n",
+        e + 1, images, missing, first_missing, twice, first_twice);
     ok = ok && missing == 0 && twice == 0;
   }
   std::printf("%ld images of steps after the last commit were rolled back and done again\n",

@@ -4,7 +4,8 @@
 // A lost worker (kolo::WorkersChanged) resets to the next generation and goes on; every
 // `check` steps it asks whether kolorun has a newer membership (hosts_updated) and resets
 // to it. Usage: kolo_elastic_core_worker STEPS SLEEP_MS CHECK_EVERY. Exits 0 when it ran
-// STEPS steps ("done"; the step count is rank 0's after each reset) or kolorun removed it ("removed"), 3 on a wrong sum.
+// STEPS steps ("done"; the step count is rank 0's after each reset) or kolorun removed it
+// ("removed"), 3 on a wrong sum.
 #include <unistd.h>
 
 #include <chrono>

@@ -130,7 +130,9 @@ class FakeDriver {
     return t;
   }
 
-  std::string log(std::int64_t id) const { return read_file(dir_ + "/w" + std::to_string(id) + ".log"); }
+  std::string log(std::int64_t id) const {
+    return read_file(dir_ + "/w" + std::to_string(id) + ".log");
+  }
   pid_t pid(std::int64_t id) { return pids_[id]; }
 
   // Waits (bounded) until the worker's log holds `text`.
