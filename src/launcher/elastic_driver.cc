@@ -22,6 +22,8 @@
 namespace kolo::launcher {
 namespace {
 
+namespace ek = rendezvous::elastic_keys;
+
 // As in job.cc: how long a worker's pipes are read after it ended.
 constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
@@ -207,7 +209,7 @@ void Driver::on_end(Worker* w, WorkerExit e) {
   if (!e.failed()) {
     if (!finished_) {
       finished_ = true;
-      if (o_.store->set("elastic/finished", exit_sentence(e)).ok()) {
+      if (o_.store->set(ek::kFinishedKey, exit_sentence(e)).ok()) {
         say(exit_sentence(e) + ": training is over; waiting for the other workers to end");
       }
     }
@@ -248,7 +250,7 @@ void Driver::publish(Worker* w, const WorkerExit& e) {
   for (const auto& [g, rank] : w->ranks) {
     WorkerExit in_g = e;
     in_g.rank = rank;
-    const std::string prefix = "elastic/" + std::to_string(g) + "/launcher/";
+    const std::string prefix = ek::launcher_prefix(g) + "/";
     std::int64_t total = 0;
     Status s = o_.store->set(prefix + "exit/" + std::to_string(rank), exit_sentence(in_g));
     if (s.ok()) s = o_.store->add(prefix + "exits", 1, &total);
@@ -315,8 +317,8 @@ void Driver::replan(const std::string& why, bool force) {
 bool Driver::write_plan(const PlanResult& plan, const std::string& why) {
   const int g = static_cast<int>(plans_.size());
   std::int64_t count = 0;
-  Status s = o_.store->set("elastic/plan/" + std::to_string(g), format_plan(plan.members));
-  if (s.ok()) s = o_.store->add("elastic/generations", 1, &count);
+  Status s = o_.store->set(ek::plan_key(g), ek::format_plan(plan.members));
+  if (s.ok()) s = o_.store->add(ek::kGenerationsKey, 1, &count);
   if (!s.ok()) {
     give_up("cannot write the elastic plan to the job's store: " + s.message(), 1);
     return false;
@@ -376,7 +378,7 @@ void Driver::give_up(const std::string& message, int status) {
   if (stopping_) return;
   say(message);
   give_up_status_ = status == 0 ? 1 : status;
-  if (!finished_ && !store_failed_) (void)o_.store->set("elastic/finished", message);
+  if (!finished_ && !store_failed_) (void)o_.store->set(ek::kFinishedKey, message);
   finished_ = true;
   stop_all();
 }
@@ -406,7 +408,7 @@ void Driver::poll_store() {
     next_reset_poll_ = now + kResetPoll;
     std::string value;
     bool found = false;
-    const std::string key = "elastic/" + std::to_string(generation()) + "/reset_requests";
+    const std::string key = ek::reset_requests_key(generation());
     if (o_.store->try_get(key, &value, &found).ok() && found) {
       const std::int64_t n = std::atoll(value.c_str());
       if (n > reset_requests_seen_) {
@@ -420,8 +422,7 @@ void Driver::poll_store() {
     arrivals_for_ = generation();
     std::vector<std::string> keys;
     for (size_t rank = 0; rank < plans_.back().size(); ++rank) {
-      keys.push_back("elastic/" + std::to_string(arrivals_for_) + "/arrived/" +
-                     std::to_string(rank));
+      keys.push_back(ek::arrived_key(arrivals_for_, static_cast<int>(rank)));
     }
     bool all = false;
     if (o_.store->check(keys, &all).ok() && all) {
@@ -444,8 +445,7 @@ void Driver::on_user_signal(int sig) {
   user_signal_ = sig;
   say(std::string("received ") + stop_signal_name(sig) + ", stopping the job");
   if (!finished_ && !store_failed_) {
-    (void)o_.store->set("elastic/finished",
-                        std::string("kolorun received ") + stop_signal_name(sig));
+    (void)o_.store->set(ek::kFinishedKey, std::string("kolorun received ") + stop_signal_name(sig));
   }
   finished_ = true;
   stop_all();

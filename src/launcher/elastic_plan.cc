@@ -129,7 +129,7 @@ PlanResult next_plan(const PlanRequest& request) {
     --it->second;
     members.push_back({w.id, w.host});
   }
-  int id = request.next_id;
+  std::int64_t id = request.next_id;
   std::vector<PlanMember> started;
   for (const auto& h : request.hosts) {
     if (request.blocked.count(h.host) > 0) continue;
@@ -149,38 +149,6 @@ PlanResult next_plan(const PlanRequest& request) {
   }
   result.members = std::move(members);
   return result;
-}
-
-std::string format_plan(const std::vector<PlanMember>& members) {
-  std::string s;
-  for (const auto& m : members) {
-    s += std::to_string(m.id) + " " + m.host + " " + std::to_string(m.local_rank) + " " +
-         std::to_string(m.local_size) + " " + std::to_string(m.cross_rank) + " " +
-         std::to_string(m.cross_size) + "\n";
-  }
-  return s;
-}
-
-Status parse_plan(const std::string& text, std::vector<PlanMember>* out) {
-  std::vector<PlanMember> members;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::stringstream words(line);
-    PlanMember m;
-    std::string extra;
-    if (!(words >> m.id >> m.host >> m.local_rank >> m.local_size >> m.cross_rank >>
-          m.cross_size) ||
-        (words >> extra)) {
-      return InvalidArgument("elastic plan line " + std::to_string(members.size() + 1) + ", '" +
-                             line +
-                             "': expected ID HOST LOCAL_RANK LOCAL_SIZE CROSS_RANK "
-                             "CROSS_SIZE");
-    }
-    members.push_back(m);
-  }
-  *out = std::move(members);
-  return Status::OK();
 }
 
 }  // namespace kolo::launcher

@@ -18,6 +18,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "launcher/hosts.h"
+#include "rendezvous/elastic_keys.h"
 
 namespace kolo::launcher {
 
@@ -65,17 +66,12 @@ class Blacklist {
   std::map<std::string, Entry> hosts_;
 };
 
-// One rank of a generation: docs/elastic.md's plan line.
-struct PlanMember {
-  int id = 0;  // KOLO_ELASTIC_ID
-  std::string host;
-  int local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
-
-  bool operator==(const PlanMember&) const = default;
-};
+// One rank of a generation: docs/elastic.md's plan line (its text: elastic_keys.h's
+// format_plan and parse_plan, which the workers read too).
+using PlanMember = rendezvous::elastic_keys::Member;
 
 struct LivingWorker {
-  int id = 0;
+  std::int64_t id = 0;
   std::string host;
 };
 
@@ -88,17 +84,17 @@ struct PlanRequest {
   // Hosts where no new worker may start (the blacklist): their living workers stay.
   std::set<std::string> blocked;
   int min_np = 1;
-  int max_np = 0;   // at most this many workers; 0: as many as there are slots
-  int next_id = 0;  // the id the first new worker gets
+  int max_np = 0;            // at most this many workers; 0: as many as there are slots
+  std::int64_t next_id = 0;  // the id the first new worker gets
 };
 
 struct PlanResult {
   // Fewer than min_np workers fit: nothing changes, the driver waits for slots.
   bool wait = false;
-  int workers = 0;                  // how many the plan holds (or would: below min_np)
-  std::vector<PlanMember> members;  // in rank order; empty when waiting
-  std::vector<PlanMember> started;  // the members that are new (ids from next_id on)
-  std::vector<int> removed;         // living workers left out (host gone, slots, max)
+  int workers = 0;                    // how many the plan holds (or would: below min_np)
+  std::vector<PlanMember> members;    // in rank order; empty when waiting
+  std::vector<PlanMember> started;    // the members that are new (ids from next_id on)
+  std::vector<std::int64_t> removed;  // living workers left out (host gone, slots, max)
 };
 
 // The next plan: the living workers first, in their order, where their host is still
@@ -111,10 +107,5 @@ PlanResult next_plan(const PlanRequest& request);
 
 // The members' local and cross ranks (as next_plan says) from their hosts, in rank order.
 void assign_local_ranks(std::vector<PlanMember>* members);
-
-// `elastic/plan/<g>`'s value: "<id> <host> <local_rank> <local_size> <cross_rank>
-// <cross_size>\n" per rank; and back (kInvalidArgument naming the line).
-std::string format_plan(const std::vector<PlanMember>& members);
-Status parse_plan(const std::string& text, std::vector<PlanMember>* out);
 
 }  // namespace kolo::launcher

@@ -104,7 +104,8 @@ int Worker::run() {
       return fail(s.message());
     }
     std::vector<PlanMember> plan;
-    if (Status s = kolo::launcher::parse_plan(text, &plan); !s.ok()) return fail(s.message());
+    if (Status s = kolo::rendezvous::elastic_keys::parse_plan(text, &plan); !s.ok())
+      return fail(s.message());
     int rank = -1;
     for (size_t r = 0; r < plan.size(); ++r) {
       if (plan[r].id == id_) rank = static_cast<int>(r);
