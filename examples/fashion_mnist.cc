@@ -317,6 +317,8 @@ int train(const Flags& flags) {
 // --elastic-log PATH (for tests): each worker appends "batch <gen> <commit> <epoch> <images>"
 // for every step and "commit <gen> <n>" for every commit to PATH.<worker id>: a step's
 // images count as trained on when the commit after it completed in the same generation.
+// Also "start pid <pid>" first, "synced <gen> <rank> <size> <parameter checksum>" each
+// time training (re)starts after a sync, and "done pid <pid>" at the end.
 class ElasticLog {
  public:
   explicit ElasticLog(const std::string& path) {
@@ -324,6 +326,7 @@ class ElasticLog {
     const char* id = std::getenv("KOLO_ELASTIC_ID");
     file_ = std::fopen((path + "." + (id ? id : "0")).c_str(), "a");
     if (!file_) throw std::runtime_error("cannot open --elastic-log " + path);
+    write("start pid " + std::to_string(getpid()));
   }
   ~ElasticLog() {
     if (file_) std::fclose(file_);
@@ -336,6 +339,18 @@ class ElasticLog {
     const auto* p = cpu.data_ptr<std::int64_t>();
     for (std::int64_t i = 0; i < cpu.numel(); ++i) line += " " + std::to_string(p[i]);
     write(line);
+  }
+  void synced(Net& model) {
+    if (!file_) return;
+    double sum = 0;
+    for (const auto& p : model->parameters()) sum += p.abs().sum().item<double>();
+    char text[64];
+    std::snprintf(text, sizeof(text), "%.9g", sum);
+    write("synced " + std::to_string(kolo::elastic::generation()) + " " +
+          std::to_string(kolo::rank()) + " " + std::to_string(kolo::size()) + " " + text);
+  }
+  void done() {
+    if (file_) write("done pid " + std::to_string(getpid()));
   }
   void commit(std::int64_t commits) {
     if (file_) {
@@ -350,6 +365,28 @@ class ElasticLog {
     std::fflush(file_);
   }
   std::FILE* file_ = nullptr;
+};
+
+// Test hook (tests/elastic, mode sync_fail): the worker whose KOLO_ELASTIC_ID is
+// FASHION_MNIST_TEST_EXIT_IN_SYNC dies inside its first sync after a reset.
+class ExampleState : public kolo::elastic::TorchState {
+ public:
+  using TorchState::TorchState;
+
+ protected:
+  void sync_from(int root) override {
+    const char* id = std::getenv("KOLO_ELASTIC_ID");
+    const char* victim = std::getenv("FASHION_MNIST_TEST_EXIT_IN_SYNC");
+    if (id && victim && std::string(id) == victim && kolo::elastic::generation() > 0) {
+      if (FILE* f = std::fopen(log_path.c_str(), "a"))
+        std::fprintf(f, "exit in sync\n"), std::fclose(f);
+      std::_Exit(1);
+    }
+    TorchState::sync_from(root);
+  }
+
+ public:
+  std::string log_path;  // where "exit in sync" goes (the worker's --elastic-log file)
 };
 
 int train_elastic(const Flags& flags) {
@@ -372,7 +409,10 @@ int train_elastic(const Flags& flags) {
   // batch shorter can kolo::join() at the epoch's end while the others take that batch.
   kolo::DistributedOptimizer optimizer(adam, model->named_parameters());
   kolo::ElasticSampler sampler(train_set.labels.size(0), /*shuffle=*/true, flags.seed);
-  kolo::elastic::TorchState state(*model, adam, {{"epoch", 0}});
+  ExampleState state(*model, adam, {{"epoch", 0}});
+  if (const char* id = std::getenv("KOLO_ELASTIC_ID"); id && !flags.elastic_log.empty()) {
+    state.log_path = flags.elastic_log + "." + id;
+  }
   state.attach(sampler);
   // Scale the learning rate with the workers there are after each reset (newcomers get it
   // from the state they sync).
@@ -385,6 +425,7 @@ int train_elastic(const Flags& flags) {
   Progress progress(false);
   double accuracy = 0, mean_loss = 0;
   const bool trained = kolo::elastic::run(state, [&](kolo::elastic::State&) {
+    log.synced(model);
     while (state.value("epoch") < flags.epochs) {
       const std::int64_t epoch = state.value("epoch");
       sampler.set_epoch(epoch);  // resumes the epoch after a reset
@@ -432,6 +473,7 @@ int train_elastic(const Flags& flags) {
     std::printf("this worker left the elastic job\n");
     return 0;
   }
+  log.done();
   if (kolo::rank() == 0 && !flags.summary_json.empty()) {
     double parameter_sum = 0;
     for (const auto& p : model->parameters()) parameter_sum += p.abs().sum().item<double>();

@@ -297,6 +297,7 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
     std::lock_guard<std::mutex> lock(mu_);
     if (items.size() > 1) fused_responses_ += items.size();
   }
+  s = elastic_view(s);
   const bool timeline = timeline_.active();
   for (std::size_t k = 0; k < items.size(); ++k) {
     Entry* entry = items[k].entry;
@@ -318,7 +319,16 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
     const Status& mine = s.ok() ? item_status[k] : s;
     entry->handle->complete(mine.code(), mine.message());
   }
-  return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
+  return ends_runtime(s) ? s : Status::OK();
+}
+
+Status Runtime::elastic_view(Status s) const {
+  if (config_.elastic && s.code() == ErrorCode::kPeerFailure) return workers_changed(s.message());
+  return s;
+}
+
+bool Runtime::ends_runtime(const Status& s) {
+  return s.code() == ErrorCode::kPeerFailure || s.code() == ErrorCode::kWorkersChanged;
 }
 
 Runtime::Tunables Runtime::tunables() const {
@@ -546,11 +556,12 @@ Status Runtime::apply_set_change(Loop& loop, const Response& r) {
   } else {
     s = remove_set(loop, r);
   }
+  s = elastic_view(s);
   if (entry) {
     entry->handle->process_set_id = id;
     entry->handle->complete(s.code(), s.message());
   }
-  return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
+  return ends_runtime(s) ? s : Status::OK();
 }
 
 Status Runtime::add_set(Loop& loop, const Response& r, int* id) {
@@ -637,7 +648,11 @@ void Runtime::stop(Loop& loop) {
   // kolo::shutdown()) ends this generation, not the job: kolo::elastic::run goes on.
   const bool left = loop.fatal.code() == ErrorCode::kPeerFailure ||
                     (loop.fatal.ok() && !loop.exited_ranks.empty());
-  if (config_.elastic && left) {
+  if (loop.fatal.code() == ErrorCode::kWorkersChanged) {
+    KOLO_LOG(kWarning, "elastic") << "this generation of the elastic job ended: "
+                                  << loop.fatal.message();
+    fail_all(loop.fatal);
+  } else if (config_.elastic && left) {
     const std::string why =
         loop.fatal.ok() ? shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank)
                         : loop.fatal.message();

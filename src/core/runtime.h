@@ -125,6 +125,10 @@ class Runtime {
                        const std::vector<std::size_t>& group, FusionBuffer& buffer,
                        transport::Deadline deadline,
                        std::chrono::steady_clock::time_point responded);
+  // In an elastic job a peer failure ends the generation: kWorkersChanged (else `s`).
+  Status elastic_view(Status s) const;
+  // Whether an operation's error stops the runtime (a peer failure, or the elastic form).
+  static bool ends_runtime(const Status& s);
   // Timeline: stamps the end of their first cycle on the entries named.
   void mark_first_cycle(const std::vector<std::string>& names,
                         std::chrono::steady_clock::time_point end) KOLO_EXCLUDES(mu_);
