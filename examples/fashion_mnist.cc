@@ -423,7 +423,7 @@ int train_elastic(const Flags& flags) {
   }});
   ElasticLog log(flags.elastic_log);
   Progress progress(false);
-  double accuracy = 0, mean_loss = 0;
+  double accuracy = 0, mean_loss = 0, images_per_sec = 0;
   const bool trained = kolo::elastic::run(state, [&](kolo::elastic::State&) {
     log.synced(model);
     while (state.value("epoch") < flags.epochs) {
@@ -434,6 +434,7 @@ int train_elastic(const Flags& flags) {
       const std::int64_t steps = (order.size(0) + bs - 1) / bs;
       const std::int64_t common = sampler.common_batches(bs);
       double loss_sum = 0;
+      const auto start = std::chrono::steady_clock::now();
       for (std::int64_t step = 0; step < steps; ++step) {
         const torch::Tensor batch = order.slice(0, step * bs, (step + 1) * bs);
         optimizer.zero_grad();
@@ -452,18 +453,22 @@ int train_elastic(const Flags& flags) {
         }
       }
       kolo::join();  // shards may differ by one batch
+      const double train_seconds = seconds_since(start);
       ++state.value("epoch");
-      const torch::Tensor totals =
-          kolo::allreduce(torch::tensor({loss_sum, static_cast<double>(steps)}, torch::kFloat64),
-                          {.name = "epoch.totals", .op = kolo::ReduceOp::kSum});
+      const torch::Tensor totals = kolo::allreduce(
+          torch::tensor({loss_sum, static_cast<double>(steps), static_cast<double>(order.size(0))},
+                        torch::kFloat64),
+          {.name = "epoch.totals", .op = kolo::ReduceOp::kSum});
       mean_loss = totals[0].item<double>() / std::max(totals[1].item<double>(), 1.0);
+      // The images of this pass (after a reset: the rest of the epoch) per second.
+      images_per_sec = totals[2].item<double>() / train_seconds;
       accuracy = test_accuracy(model, test_set);
       state.save();
       log.commit(state.commits());
       if (kolo::rank() == 0) {
-        std::printf("epoch %lld/%d workers %d train_loss %.4f test_accuracy %.4f\n",
+        std::printf("epoch %lld/%d workers %d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n",
                     static_cast<long long>(epoch + 1), flags.epochs, kolo::size(), mean_loss,
-                    accuracy);
+                    accuracy, images_per_sec);
         std::fflush(stdout);
       }
       state.check_host_updates();
@@ -481,7 +486,8 @@ int train_elastic(const Flags& flags) {
                                     {"parameter_sum", parameter_sum},
                                     {"epochs", flags.epochs},
                                     {"test_accuracy", accuracy},
-                                    {"train_loss", mean_loss}};
+                                    {"train_loss", mean_loss},
+                                    {"images_per_sec", images_per_sec}};
     write_atomically(flags.summary_json, [&](const std::string& tmp) {
       std::ofstream(tmp) << summary.dump(2) << "\n";
     });
@@ -530,6 +536,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 60000));
   CLI11_PARSE(app, argc, argv);
+  if (flags.elastic && (flags.max_steps > 0 || !flags.checkpoint.empty())) {
+    std::fprintf(stderr,
+                 "--elastic trains on every image of each epoch and keeps its state in memory: "
+                 "use --train-limit instead of --max-steps, and no --checkpoint\n");
+    return 2;
+  }
   if (flags.resume && flags.checkpoint.empty()) {
     std::fprintf(stderr, "--resume needs --checkpoint PATH\n");
     return 2;
