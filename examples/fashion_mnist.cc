@@ -23,6 +23,7 @@
 #include <string>
 
 #include "fashion_mnist_model.h"
+#include "kolo/elastic.h"
 #include "kolo/torch.h"
 
 namespace {
@@ -38,6 +39,11 @@ struct Flags {
   std::uint64_t seed = 42;
   std::int64_t max_steps = 0;  // per epoch; 0 = no limit
   bool progress = false, no_progress = false;
+  // --elastic: Horovod's elastic workflow (kolorun --min-np/--max-np): commit every N steps.
+  bool elastic = false;
+  std::int64_t commit_every = 100;
+  std::string elastic_log;      // each worker appends what it trained on here (tests)
+  std::int64_t train_limit = 0;  // train on the first N images only (0 = all)
 };
 
 using kolo_examples::Net;
@@ -187,12 +193,16 @@ int train(const Flags& flags) {
   const torch::Device device = kolo::device();
   if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
   // Every rank loads (and checks) the data itself, so a bad file fails every rank.
-  const Dataset train_set = load(flags.data, "train", size,
-                                 "fewer than the " + std::to_string(size) +
-                                     " workers, each of which trains on at least one",
-                                 device),
-                test_set = load(flags.data, "t10k", 1,
+  Dataset train_set = load(flags.data, "train", size,
+                           "fewer than the " + std::to_string(size) +
+                               " workers, each of which trains on at least one",
+                           device);
+  const Dataset test_set = load(flags.data, "t10k", 1,
                                 "the test set is empty, so there is no accuracy to report", device);
+  if (flags.train_limit > 0 && flags.train_limit < train_set.labels.size(0)) {
+    train_set.images = train_set.images.slice(0, 0, std::max<std::int64_t>(flags.train_limit, size));
+    train_set.labels = train_set.labels.slice(0, 0, std::max<std::int64_t>(flags.train_limit, size));
+  }
   Net model;
   model->to(device);
   const double lr = 1e-3 * size;
@@ -295,6 +305,147 @@ int train(const Flags& flags) {
   return 0;
 }
 
+// --elastic: the same model and data with Horovod's elastic workflow. Workers may leave
+// (killed, failed) or join (kolorun's discovery script) at any time: the survivors keep
+// their processes, restore the last commit (every --commit-every steps and at each epoch's
+// end) and go on; newcomers get the state from a survivor. The learning rate follows the
+// number of workers (a reset callback), and the sampler shards the rest of an epoch over
+// the workers there are, so that every image of an epoch is trained on exactly once.
+//
+// --elastic-log PATH (for tests): each worker appends "batch <gen> <commit> <epoch> <images>"
+// for every step and "commit <gen> <n>" for every commit to PATH.<worker id>: a step's
+// images count as trained on when the commit after it completed in the same generation.
+class ElasticLog {
+ public:
+  explicit ElasticLog(const std::string& path) {
+    if (path.empty()) return;
+    const char* id = std::getenv("KOLO_ELASTIC_ID");
+    file_ = std::fopen((path + "." + (id ? id : "0")).c_str(), "a");
+    if (!file_) throw std::runtime_error("cannot open --elastic-log " + path);
+  }
+  ~ElasticLog() {
+    if (file_) std::fclose(file_);
+  }
+  void batch(std::int64_t commits, std::int64_t epoch, const torch::Tensor& indices) {
+    if (!file_) return;
+    std::string line = "batch " + std::to_string(kolo::elastic::generation()) + " " +
+                       std::to_string(commits) + " " + std::to_string(epoch);
+    const torch::Tensor cpu = indices.to(torch::kCPU);
+    const auto* p = cpu.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < cpu.numel(); ++i) line += " " + std::to_string(p[i]);
+    write(line);
+  }
+  void commit(std::int64_t commits) {
+    if (file_) {
+      write("commit " + std::to_string(kolo::elastic::generation()) + " " +
+            std::to_string(commits));
+    }
+  }
+
+ private:
+  void write(const std::string& line) {
+    std::fprintf(file_, "%s\n", line.c_str());
+    std::fflush(file_);
+  }
+  std::FILE* file_ = nullptr;
+};
+
+int train_elastic(const Flags& flags) {
+  kolo::init();
+  torch::manual_seed(flags.seed);
+  torch::set_num_threads(flags.threads);
+  const torch::Device device = kolo::device();
+  Dataset train_set = load(flags.data, "train", 1, "there is nothing to train on", device),
+          test_set = load(flags.data, "t10k", 1,
+                          "the test set is empty, so there is no accuracy to report", device);
+  if (flags.train_limit > 0 && flags.train_limit < train_set.labels.size(0)) {
+    train_set.images = train_set.images.slice(0, 0, flags.train_limit);
+    train_set.labels = train_set.labels.slice(0, 0, flags.train_limit);
+  }
+  Net model;
+  model->to(device);
+  const double base_lr = 1e-3;
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(base_lr * kolo::size()));
+  // Net has no buffers: the optimizer reduces gradients only, so a rank whose shard is one
+  // batch shorter can kolo::join() at the epoch's end while the others take that batch.
+  kolo::DistributedOptimizer optimizer(adam, model->named_parameters());
+  kolo::ElasticSampler sampler(train_set.labels.size(0), /*shuffle=*/true, flags.seed);
+  kolo::elastic::TorchState state(*model, adam, {{"epoch", 0}});
+  state.attach(sampler);
+  // Scale the learning rate with the workers there are after each reset (newcomers get it
+  // from the state they sync).
+  state.register_reset_callbacks({[&] {
+    for (auto& group : adam.param_groups()) {
+      static_cast<torch::optim::AdamOptions&>(group.options()).lr(base_lr * kolo::size());
+    }
+  }});
+  ElasticLog log(flags.elastic_log);
+  Progress progress(false);
+  double accuracy = 0, mean_loss = 0;
+  const bool trained = kolo::elastic::run(state, [&](kolo::elastic::State&) {
+    while (state.value("epoch") < flags.epochs) {
+      const std::int64_t epoch = state.value("epoch");
+      sampler.set_epoch(epoch);  // resumes the epoch after a reset
+      const torch::Tensor order = torch::tensor(sampler.indices(), torch::kInt64).to(device);
+      const std::int64_t bs = flags.batch_size;
+      const std::int64_t steps = (order.size(0) + bs - 1) / bs;
+      const std::int64_t common = sampler.common_batches(bs);
+      double loss_sum = 0;
+      for (std::int64_t step = 0; step < steps; ++step) {
+        const torch::Tensor batch = order.slice(0, step * bs, (step + 1) * bs);
+        optimizer.zero_grad();
+        const torch::Tensor loss =
+            torch::nll_loss(model->forward(train_set.images.index_select(0, batch)),
+                            train_set.labels.index_select(0, batch));
+        loss.backward();
+        optimizer.step();
+        sampler.record_batch(batch.size(0));
+        log.batch(state.commits(), epoch, batch);
+        loss_sum += loss.item<double>();
+        if (step + 1 <= common && (step + 1) % flags.commit_every == 0) {
+          state.save();  // commit(), with the log between its two halves
+          log.commit(state.commits());
+          state.check_host_updates();
+        }
+      }
+      kolo::join();  // shards may differ by one batch
+      ++state.value("epoch");
+      const torch::Tensor totals =
+          kolo::allreduce(torch::tensor({loss_sum, static_cast<double>(steps)}, torch::kFloat64),
+                          {.name = "epoch.totals", .op = kolo::ReduceOp::kSum});
+      mean_loss = totals[0].item<double>() / std::max(totals[1].item<double>(), 1.0);
+      accuracy = test_accuracy(model, test_set);
+      state.save();
+      log.commit(state.commits());
+      if (kolo::rank() == 0) {
+        std::printf("epoch %lld/%d workers %d train_loss %.4f test_accuracy %.4f\n",
+                    static_cast<long long>(epoch + 1), flags.epochs, kolo::size(), mean_loss,
+                    accuracy);
+        std::fflush(stdout);
+      }
+      state.check_host_updates();
+    }
+  });
+  if (!trained) {
+    std::printf("this worker left the elastic job\n");
+    return 0;
+  }
+  if (kolo::rank() == 0 && !flags.summary_json.empty()) {
+    double parameter_sum = 0;
+    for (const auto& p : model->parameters()) parameter_sum += p.abs().sum().item<double>();
+    const nlohmann::json summary = {{"world_size", kolo::size()},
+                                    {"parameter_sum", parameter_sum},
+                                    {"epochs", flags.epochs},
+                                    {"test_accuracy", accuracy},
+                                    {"train_loss", mean_loss}};
+    write_atomically(flags.summary_json, [&](const std::string& tmp) {
+      std::ofstream(tmp) << summary.dump(2) << "\n";
+    });
+  }
+  kolo::shutdown();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -322,6 +473,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000000));
   app.add_flag("--progress", flags.progress, "show the progress bar even when stderr is no tty");
   app.add_flag("--no-progress", flags.no_progress, "never show the progress bar");
+  app.add_flag("--elastic", flags.elastic,
+               "elastic training (launch with kolorun --min-np MIN --max-np MAX): workers may "
+               "leave and join; see docs/elastic.md");
+  app.add_option("--commit-every", flags.commit_every, "with --elastic: commit every N steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000000));
+  app.add_option("--elastic-log", flags.elastic_log,
+                 "with --elastic: append each step's images and each commit to PATH.<worker id>");
+  app.add_option("--train-limit", flags.train_limit,
+                 "train on the first N training images only (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 60000));
   CLI11_PARSE(app, argc, argv);
   if (flags.resume && flags.checkpoint.empty()) {
     std::fprintf(stderr, "--resume needs --checkpoint PATH\n");
@@ -333,7 +496,7 @@ int main(int argc, char** argv) {
     return kolo::is_initialized() ? "rank " + std::to_string(kolo::rank()) : std::string("worker");
   };
   try {
-    return train(flags);
+    return flags.elastic ? train_elastic(flags) : train(flags);
   } catch (const kolo::Error& e) {
     std::fprintf(stderr, "%s: kolo error (%s): %s\n", who().c_str(),
                  kolo::error_code_name(e.code()), e.what());

@@ -21,6 +21,7 @@
 #include "launcher/lines.h"
 #include "launcher/process.h"
 #include "launcher/ps_plan.h"
+#include "launcher/worker_process.h"
 
 namespace kolo::launcher {
 namespace {
@@ -32,21 +33,9 @@ constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
 // After the first failure, how long kolorun collects others before it names the cause
 // (unless every worker ended sooner): cause.h.
 constexpr auto kCauseWindow = std::chrono::seconds(1);
-// A line repeated under the cause's message is cut to this.
-constexpr size_t kMaxRepeatedLine = 512;
 
-struct Worker {
-  WorkerPlan plan;
-  Child child;  // pid -1 when it could not be started
-  std::unique_ptr<OutputReader> output;
-  std::deque<std::string> last_lines;
-  bool running = false;
-  bool reaped = false;
-  bool stopped_by_job = false;       // kolorun sent it SIGTERM (or closed its ssh stdin)
-  std::optional<int> wait_status;    // once reaped
-  std::optional<WorkerExit> marker;  // a remote wrapper's report
-  std::optional<WorkerExit> exit;    // once its end is known
-  std::optional<Clock::time_point> drain_until;
+// A worker of the job: its process, and for a ps job's worker task its restarts.
+struct Worker : WorkerProcess {
   int restarts = 0;              // a ps job's worker: times it was started again
   bool restart_pending = false;  // once its output is drained
 };
@@ -84,10 +73,9 @@ class Job {
   int exit_status() const;
 
   const JobOptions& o_;
-  std::map<std::string, std::string> base_env_;  // every local worker's, before its own
+  StartContext start_;  // every worker's environment, secrets and the group guard
   Console console_;
   std::vector<Worker> workers_;
-  GroupGuard guard_;
   std::vector<WorkerExit> candidates_;  // failures that may be the cause, in order
   std::vector<std::deque<std::string>> candidate_lines_;
   std::optional<Clock::time_point> cause_deadline_, grace_deadline_, kill_deadline_;
@@ -106,14 +94,12 @@ int Job::run() {
   // What a worker leaves behind when it exits (a daemon that called setsid(), say)
   // becomes kolorun's child, and is ended with the job (end_descendants).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  guard_ = start_group_guard(o_.kill_after_seconds);
-  for (const auto& [name, value] : core::process_env()) {
-    // An outer job's secret must not leak in, nor kolorun's marker token (nor, into a ps
-    // job, an outer job's ranks).
-    if (name == kRendezvousSecretVar || name == kTokenVar) continue;
-    if (o_.parameter_server && is_rank_variable(name)) continue;
-    base_env_[name] = value;
-  }
+  start_.guard = start_group_guard(o_.kill_after_seconds);
+  // An outer job's secret must not leak in, nor kolorun's marker token (nor, into a ps
+  // job, an outer job's ranks).
+  start_.base_env = worker_base_env(o_.parameter_server);
+  start_.rendezvous_secret = o_.rendezvous_secret;
+  start_.event_token = o_.event_token;
   workers_.resize(o_.workers.size());
   std::vector<Worker*> not_started;
   for (size_t i = 0; i < workers_.size(); ++i) {
@@ -158,44 +144,16 @@ int Job::run() {
   if (!cause_decided_ && cause_deadline_) decide_cause();
   console_.finish();
   end_descendants(std::chrono::milliseconds(500));
-  end_group_guard(&guard_);
+  end_group_guard(&start_.guard);
   return exit_status();
 }
 
 bool Job::start(Worker* w) {
-  // One entry per name (the worker's own values win over kolorun's environment: getenv
-  // would return the first of two).
-  std::map<std::string, std::string> vars = base_env_;
-  if (!w->plan.remote) {
-    for (const auto& [name, value] : w->plan.vars) vars[name] = value;
-    vars[kRendezvousSecretVar] = o_.rendezvous_secret;
-  }
-  std::vector<std::string> env;
-  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
-  SpawnOptions spawn;
-  spawn.own_process_group = true;
-  spawn.parent_death_signal = SIGKILL;  // if kolorun dies, so do its workers
-  spawn.environment = &env;
-  if (w->plan.remote) {
-    spawn.stdin_pipe = true;  // the secrets, then open until the worker is to stop
-  } else {
-    spawn.stdin_from_dev_null = true;  // in its own group, a tty read would stop it
-  }
-  if (Status s = spawn_piped(w->plan.argv, spawn, &w->child); !s.ok()) {
-    say(worker_name(w->plan) + " (host " + w->plan.host + "): " + s.message());
-    w->reaped = true;
-    return false;
-  }
-  w->running = true;
-  guard_add(guard_, w->child.pid);
-  w->output = std::make_unique<OutputReader>(w->child.out_fd, w->child.err_fd);
-  if (w->plan.remote) {
-    std::map<std::string, std::string> secrets = {{kRendezvousSecretVar, o_.rendezvous_secret},
-                                                  {kTokenVar, o_.event_token}};
-    // Small (far below a pipe's 64 KiB), so this write does not block.
-    if (!write_all(w->child.in_fd, secrets_header(secrets))) {
-      say(worker_name(w->plan) + ": could not pass the job secret to ssh");
-    }
+  if (Status st = start_worker(start_, w); !st.ok()) {
+    // Not started; or started without its secrets (it fails by itself, and is reaped).
+    say(worker_name(w->plan) + (w->running ? "" : " (host " + w->plan.host + ")") + ": " +
+        st.message());
+    return w->running;
   }
   return true;
 }
@@ -209,20 +167,11 @@ void Job::on_start_failure(Worker* w) {
 }
 
 void Job::on_line(Worker* w, int stream, std::string_view line) {
-  if (w->plan.remote && stream == 2) {
-    WorkerExit e;
-    std::string before;
-    if (find_exit_event(std::string(line), o_.event_token, &before, &e)) {
-      w->marker = e;
-      if (before.empty()) return;
-      line = before;  // cannot happen with whole lines; shown rather than lost
-    }
-  }
+  if (!take_exit_marker(w, stream, o_.event_token, &line)) return;
   std::string text = "[" + worker_label(w->plan) + "] ";
   text.append(line);
   console_.line(stream, w->plan.rank, text);
-  w->last_lines.emplace_back(line.substr(0, kMaxRepeatedLine));
-  if (w->last_lines.size() > kLastLines) w->last_lines.pop_front();
+  remember_line(w, line);
 }
 
 void Job::on_redraw(Worker* w, int stream, std::string_view text) {
@@ -238,49 +187,21 @@ void Job::reap() {
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
     for (Worker& w : workers_) {
       if (w.child.pid != pid || w.reaped) continue;
-      w.reaped = true;
-      w.running = false;
-      w.wait_status = status;
-      w.drain_until = Clock::now() + (stopping_ ? kDrainWhenStopping : kDrainAfterExit);
-      if (w.child.in_fd >= 0) ::close(w.child.in_fd), w.child.in_fd = -1;
+      mark_reaped(&w, status, stopping_ ? kDrainWhenStopping : kDrainAfterExit);
     }
     // Anything else is something a worker left behind (we are its sub-reaper).
   }
 }
 
 void Job::maybe_finish(Worker* w) {
-  if (!w->reaped || w->exit || !w->wait_status) return;
-  const bool drained = !w->output->open() || Clock::now() >= *w->drain_until;
-  // A local worker's status is known at once; a remote one's comes in its marker, which
-  // may still be in ssh's pipe.
-  if (w->plan.remote && !drained) return;
-  if (drained && w->output->open()) {
+  if (!end_known(*w)) return;
+  if (w->output->open() && Clock::now() >= *w->drain_until) {
     // Something it left behind holds its pipes: stop reading, and end its group.
     w->output->finish([&](std::string_view l) { on_line(w, 1, l); },
                       [&](std::string_view l) { on_line(w, 2, l); });
     ::kill(-w->child.pid, SIGTERM);
   }
-  WorkerExit e;
-  e.rank = w->plan.rank;
-  e.host = w->plan.host;
-  const int status = *w->wait_status;
-  if (w->plan.remote && w->marker) {
-    e = *w->marker;
-    e.rank = w->plan.rank;
-    e.host = w->plan.host;
-  } else if (w->plan.remote) {
-    // ssh ended without the wrapper's report: ssh failed (255), or the wrapper was lost.
-    e.shim_lost = true;
-    e.exit_code = std::max(1, shell_status(status));
-  } else if (WIFSIGNALED(status)) {
-    e.signal = WTERMSIG(status);
-  } else {
-    e.exit_code = shell_status(status);
-  }
-  e.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                  std::chrono::system_clock::now().time_since_epoch())
-                  .count();
-  on_end(w, e);
+  on_end(w, exit_of(*w));
 }
 
 void Job::on_end(Worker* w, WorkerExit e) {
@@ -329,12 +250,8 @@ void Job::on_task_end(Worker* w, const WorkerExit& e) {
 }
 
 void Job::say_last_lines(const Worker& w) {
-  const auto& lines = w.last_lines;
-  if (lines.empty()) return;
-  std::string text = "kolorun: its last " + std::to_string(lines.size()) +
-                     (lines.size() == 1 ? " line" : " lines") + " (stdout and stderr):\n";
-  for (const auto& l : lines) text += "kolorun:   [" + worker_label(w.plan) + "] " + l + "\n";
-  console_.message(2, text);
+  if (!w.last_lines.empty())
+    console_.message(2, last_lines_text(w.last_lines, worker_label(w.plan)));
 }
 
 void Job::maybe_restart(Worker* w) {
@@ -388,13 +305,7 @@ void Job::decide_cause() {
   const Worker& w = workers_[static_cast<size_t>(cause_->rank)];
   say(w.plan.remote && cause_->shim_lost ? exit_sentence(*cause_) : describe_exit(*cause_));
   const auto& lines = candidate_lines_[at];
-  if (!lines.empty()) {
-    std::string text = "kolorun: its last " + std::to_string(lines.size()) +
-                       (lines.size() == 1 ? " line" : " lines") + " (stdout and stderr):\n";
-    for (const auto& l : lines)
-      text += "kolorun:   [" + std::to_string(cause_->rank) + "] " + l + "\n";
-    console_.message(2, text);
-  }
+  if (!lines.empty()) console_.message(2, last_lines_text(lines, std::to_string(cause_->rank)));
   if (all_ended() || stopping_) return;
   grace_deadline_ = Clock::now() + seconds_duration(o_.grace_seconds);
   if (o_.grace_seconds > 0) {
@@ -420,28 +331,14 @@ void Job::on_user_signal(int sig) {
 void Job::stop_all() {
   if (stopping_) return;
   stopping_ = true;
-  for (Worker& w : workers_) {
-    if (!w.running) continue;
-    w.stopped_by_job = true;
-    if (w.plan.remote) {
-      // Its wrapper stops the program when its stdin closes; a SIGTERM to ssh would lose
-      // the wrapper's report.
-      if (w.child.in_fd >= 0) ::close(w.child.in_fd), w.child.in_fd = -1;
-    } else {
-      ::kill(-w.child.pid, SIGTERM);
-    }
-  }
+  for (Worker& w : workers_) stop_worker(&w);
   kill_deadline_ = Clock::now() + seconds_duration(o_.kill_after_seconds);
 }
 
 void Job::kill_all() {
   stopping_ = true;
   killed_ = true;
-  for (Worker& w : workers_) {
-    if (!w.running) continue;
-    w.stopped_by_job = true;
-    ::kill(-w.child.pid, SIGKILL);
-  }
+  for (Worker& w : workers_) kill_worker(&w);
 }
 
 bool Job::all_ended() const {

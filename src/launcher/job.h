@@ -54,9 +54,6 @@ struct JobOptions {
 // normally"; a ps job's task is named by e.name: "worker 1 (host b) exited normally".
 std::string exit_sentence(const WorkerExit& e);
 
-// How many of a failed worker's last output lines kolorun repeats when it names it.
-inline constexpr size_t kLastLines = 10;
-
 // Runs the job; returns kolorun's exit status: 0 if every worker exited 0, else the
 // status of the worker named as the cause (exit code or 128 + signal), else 128 +
 // signal when kolorun was interrupted. A parameter-server job: the chief's status (128 +

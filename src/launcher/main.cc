@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "launcher/elastic_driver.h"
 #include "launcher/events.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
@@ -92,7 +93,9 @@ class UsageFormatter : public CLI::Formatter {
     return "\nUsage: kolorun -np N [-H HOST:SLOTS,... | --hostfile FILE] [OPTIONS] [--] PROGRAM "
            "[ARGS...]\n"
            "       kolorun --ps N -np M [--evaluator] [--max-restarts R] [-H ... | --hostfile "
-           "FILE] [OPTIONS] [--] PROGRAM [ARGS...]\n";
+           "FILE] [OPTIONS] [--] PROGRAM [ARGS...]\n"
+           "       kolorun --min-np MIN [--max-np MAX] [-np N] [-H ... | --hostfile FILE | "
+           "--host-discovery-script SCRIPT] [OPTIONS] [--] PROGRAM [ARGS...]\n";
   }
 };
 
@@ -242,10 +245,31 @@ struct OwnLaunch {
   std::string ssh_identity_file, ssh_config;
 };
 
-// kolorun's own launcher: the job's store, then every worker (job.h).
-int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
+// Prints each worker's command as --dry-run shows it.
+void print_dry_run(const std::vector<launcher::WorkerPlan>& workers) {
+  for (const auto& w : workers) {
+    std::vector<std::string> words = w.argv;
+    if (!w.remote) {
+      words = {"env"};
+      for (const auto& [name, value] : w.vars) words.push_back(name + "=" + value);
+      words.insert(words.end(), w.argv.begin(), w.argv.end());
+    }
+    std::cout << "[" << launcher::worker_label(w) << "] " << w.host << ": "
+              << launcher::shell_join(words) << "\n";
+  }
+  std::cout << std::flush;
+}
+
+// kolorun's own launcher: the job's store, then every worker (job.h), or the elastic
+// driver (elastic_driver.h) when `elastic` is given (its hosts are request.hosts).
+int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own,
+            launcher::ElasticOptions* elastic = nullptr) {
   const auto names = this_host_names();
-  const bool one_host = launcher::runs_on_this_host_only(request, names);
+  // An elastic job whose script may add other hosts listens beyond this host when told
+  // where the workers reach it (--rendezvous-addr).
+  const bool one_host =
+      launcher::runs_on_this_host_only(request, names) &&
+      !(elastic && !elastic->discovery_script.empty() && !own.rendezvous_addr.empty());
   launcher::PlanInputs in;
   in.env = kolo::core::process_env();
   in.this_host_names = names;
@@ -305,6 +329,34 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
       return fail("cannot reach the job's own store: " + s.message());
     }
   }
+  if (elastic != nullptr) {
+    elastic->inputs = in;
+    elastic->program = request.program;
+    if (own.dry_run) {
+      const launcher::PlanResult plan = launcher::first_plan(*elastic);
+      if (plan.wait) {
+        std::cout << "kolorun: generation 0 would wait for slots: " << plan.workers
+                  << " usable of --min-np " << elastic->min_np << std::endl;
+        return 0;
+      }
+      std::vector<launcher::WorkerPlan> workers;
+      for (size_t rank = 0; rank < plan.members.size(); ++rank) {
+        workers.push_back(
+            launcher::elastic_worker_plan(*elastic, plan.members, static_cast<int>(rank), 0));
+      }
+      print_dry_run(workers);
+      return 0;
+    }
+    elastic->rendezvous_secret = secret;
+    elastic->event_token = launcher::make_event_token();
+    elastic->grace_seconds = request.grace_seconds;
+    elastic->terminal = launcher::is_terminal(in.env, 1);
+    elastic->store = store.get();
+    const int status = launcher::run_elastic_job(*elastic);
+    store.reset();
+    server->stop();
+    return status;
+  }
   launcher::JobOptions job;
   if (request.parameter_server()) {
     auto tasks = launcher::place_ps_tasks(request, names, in.this_host_addr);
@@ -325,17 +377,7 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
     job.workers = launcher::plan_workers(request, in);
   }
   if (own.dry_run) {
-    for (const auto& w : job.workers) {
-      std::vector<std::string> words = w.argv;
-      if (!w.remote) {
-        words = {"env"};
-        for (const auto& [name, value] : w.vars) words.push_back(name + "=" + value);
-        words.insert(words.end(), w.argv.begin(), w.argv.end());
-      }
-      std::cout << "[" << launcher::worker_label(w) << "] " << w.host << ": "
-                << launcher::shell_join(words) << "\n";
-    }
-    std::cout << std::flush;
+    print_dry_run(job.workers);
     return 0;
   }
   job.rendezvous_secret = secret;
@@ -347,6 +389,107 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own) {
   store.reset();
   server->stop();
   return status;
+}
+
+// An elastic job's command line, as parsed (0 / -1 / empty: not given).
+struct ElasticArgs {
+  int np, min_np, max_np;
+  std::string discovery_script;
+  int slots, reset_limit;
+  std::vector<double> cooldown;
+  double elastic_timeout, discovery_interval;
+  std::string host_list;
+  bool hosts_given;
+  std::string hostfile;
+  double grace_seconds;
+  std::vector<std::string> program;
+};
+
+// Checks an elastic job's options, finds its first hosts and runs it (elastic_driver.h).
+int run_elastic_main(const ElasticArgs& a, const OwnLaunch& own) {
+  launcher::ElasticOptions e;
+  if (a.np == 0 && a.min_np == 0) {
+    return fail(
+        "an elastic job needs -np N or --min-np MIN: the workers it starts with and the "
+        "fewest it trains with (run kolorun --help for usage)");
+  }
+  e.min_np = a.min_np > 0 ? a.min_np : a.np;
+  const int np = a.np > 0 ? a.np : e.min_np;
+  e.max_np = a.max_np;
+  e.start_np = np;
+  if (e.min_np < 1) return fail("--min-np " + std::to_string(e.min_np) + " must be at least 1");
+  if (e.max_np != 0 && e.max_np < e.min_np) {
+    return fail("--min-np " + std::to_string(e.min_np) + " is above --max-np " +
+                std::to_string(e.max_np) + ": the fewest workers cannot exceed the most");
+  }
+  if (np < e.min_np || (e.max_np > 0 && np > e.max_np)) {
+    return fail("-np " + std::to_string(np) + " is outside --min-np " + std::to_string(e.min_np) +
+                (e.max_np > 0 ? " .. --max-np " + std::to_string(e.max_np) : "") + "");
+  }
+  if (a.slots < 1) return fail("--slots " + std::to_string(a.slots) + " must be at least 1");
+  if (a.reset_limit < -1) {
+    return fail("--reset-limit " + std::to_string(a.reset_limit) + " must be 0 or more");
+  }
+  if (!a.cooldown.empty()) {
+    if (!(a.cooldown[0] > 0) || !(a.cooldown[1] >= a.cooldown[0])) {
+      return fail("--blacklist-cooldown-range " + std::to_string(a.cooldown[0]) + " " +
+                  std::to_string(a.cooldown[1]) + ": expected 0 < LO <= HI (seconds)");
+    }
+    e.cooldown = launcher::Cooldown{a.cooldown[0], a.cooldown[1]};
+  }
+  if (!(a.elastic_timeout > 0) || !(a.discovery_interval > 0)) {
+    return fail(
+        std::string(!(a.elastic_timeout > 0) ? "--elastic-timeout" : "--discovery-interval") +
+        " must be a positive number of seconds");
+  }
+  e.reset_limit = a.reset_limit;
+  e.default_slots = a.slots;
+  e.elastic_timeout_s = a.elastic_timeout;
+  e.discovery_interval_s = a.discovery_interval;
+  e.discovery_script = a.discovery_script;
+  launcher::LaunchRequest request;
+  request.np = np;
+  request.grace_seconds = a.grace_seconds;
+  request.program = a.program;
+  if (!request.program.empty() && request.program.front() == "--") {
+    request.program.erase(request.program.begin());
+  }
+  if (request.program.empty()) return fail("no program given: kolorun [OPTIONS] PROGRAM [ARGS...]");
+  if (!a.discovery_script.empty()) {
+    if (a.hosts_given || !a.hostfile.empty()) {
+      return fail("--host-discovery-script and " +
+                  std::string(a.hosts_given ? "-H" : "--hostfile") +
+                  " both name the hosts: give one");
+    }
+    // The first run must work: later failures keep the last hosts.
+    if (Status s = launcher::run_discovery_script(
+            a.discovery_script, a.slots, launcher::kDiscoveryTimeoutSeconds, &request.hosts);
+        !s.ok()) {
+      return fail(s.message() + " (on its first run)");
+    }
+  } else if (a.hosts_given) {
+    if (Status s = launcher::parse_host_list(a.host_list, &request.hosts); !s.ok()) {
+      return fail("-H: " + s.message());
+    }
+  } else if (!a.hostfile.empty()) {
+    if (Status s = launcher::read_hostfile(a.hostfile, &request.hosts); !s.ok()) {
+      return fail(s.message());
+    }
+  } else {
+    request.hosts = {{"localhost", std::max(np, e.max_np)}};
+  }
+  if (a.discovery_script.empty() && launcher::total_slots(request.hosts) < e.min_np) {
+    return fail("--min-np " + std::to_string(e.min_np) + " is more than the " +
+                std::to_string(launcher::total_slots(request.hosts)) + " slots of " +
+                launcher::format_host_list(request.hosts) +
+                " (fixed hosts: add slots, or give --host-discovery-script)");
+  }
+  e.hosts = request.hosts;
+  launcher::LaunchRequest processes = request;
+  processes.np = e.max_np > 0 ? e.max_np : std::max(np, launcher::total_slots(request.hosts));
+  launcher::prepare_worker_threads(processes, kolo::core::process_env(), this_host_names(),
+                                   /*announce=*/!own.dry_run);
+  return run_own(request, own, &e);
 }
 
 }  // namespace
@@ -367,9 +510,13 @@ int main(int argc, char** argv) {
     if (a.rfind("-np=", 0) == 0) a = "-" + a;
     if (a == "-n" || a == "--np" || a == "-H" || a == "--hosts" || a == "--hostfile" ||
         a == "--grace-seconds" || a == "--rendezvous-addr" || a == "--ssh-port" ||
-        a == "--ssh-identity-file" || a == "--ssh-config" || a == "--ps" || a == "--max-restarts") {
+        a == "--ssh-identity-file" || a == "--ssh-config" || a == "--ps" || a == "--max-restarts" ||
+        a == "--min-np" || a == "--max-np" || a == "--host-discovery-script" || a == "--slots" ||
+        a == "--slots-per-host" || a == "--reset-limit" || a == "--elastic-timeout" ||
+        a == "--discovery-interval") {
       ++i;  // the option's value
     }
+    if (a == "--blacklist-cooldown-range") i += 2;
   }
 
   CLI::App app{"kolorun: run a kolo training program on N workers, on this host or several.",
@@ -428,6 +575,54 @@ int main(int argc, char** argv) {
                  "after the first worker fails, how long the others get to finish or report "
                  "their own errors before they are stopped (default: 5)")
       ->type_name("SECONDS");
+  // Elastic jobs (docs/launcher.md, "Elastic jobs"; elastic_driver.h).
+  int min_np = 0, max_np = 0, slots = 1, reset_limit = -1;
+  std::string discovery_script;
+  std::vector<double> cooldown;
+  double elastic_timeout = 600, discovery_interval = 1;
+  if (const char* t = std::getenv(launcher::kElasticTimeoutVar); t != nullptr && *t) {
+    elastic_timeout = std::atof(t);
+  }
+  auto* min_opt = app.add_option("--min-np", min_np,
+                                 "an elastic job: the fewest workers it trains with; it waits "
+                                 "(--elastic-timeout) for that many slots (default: -np; >= 1)")
+                      ->type_name("MIN");
+  auto* max_opt = app.add_option("--max-np", max_np,
+                                 "an elastic job: the most workers it runs (default: as many as "
+                                 "there are slots)")
+                      ->type_name("MAX");
+  auto* script_opt = app.add_option(
+      "--host-discovery-script", discovery_script,
+      "an elastic job: a command (run with sh -c every --discovery-interval) that prints the "
+      "usable hosts, one HOST[:SLOTS] per line (default: none, the hosts of -H/--hostfile are "
+      "fixed)");
+  script_opt->type_name("SCRIPT");
+  auto* slots_opt = app.add_option("--slots,--slots-per-host", slots,
+                                   "an elastic job: the slots of a discovered host that prints "
+                                   "no :SLOTS (default: 1)")
+                        ->type_name("N");
+  auto* reset_opt = app.add_option("--reset-limit", reset_limit,
+                                   "an elastic job: the most resets (new generations after the "
+                                   "first); one more ends the job (default: no limit)")
+                        ->type_name("R");
+  auto* cooldown_opt =
+      app.add_option("--blacklist-cooldown-range", cooldown,
+                     "an elastic job: a host where a worker failed gets new workers again after "
+                     "LO*2^n + U(0,1)*LO seconds (its n-th failure), at least LO, at most HI "
+                     "(default: blacklisted for good)")
+          ->expected(2)
+          ->allow_extra_args(false)
+          ->type_name("LO HI");
+  auto* timeout_opt = app.add_option("--elastic-timeout", elastic_timeout,
+                                     "an elastic job: how long it waits for --min-np slots "
+                                     "before it ends with an error; also the workers' "
+                                     "KOLO_ELASTIC_TIMEOUT_SECONDS (default: 600, or "
+                                     "KOLO_ELASTIC_TIMEOUT_SECONDS)")
+                          ->type_name("SECONDS");
+  auto* interval_opt = app.add_option("--discovery-interval", discovery_interval,
+                                      "an elastic job: seconds between runs of the discovery "
+                                      "script (default: 1)")
+                           ->type_name("SECONDS");
   app.add_flag("--dry-run", dry_run,
                "print what would run (each worker's command, or the mpirun command), and exit "
                "(default: off)");
@@ -441,6 +636,46 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // On a terminal the workers' progress bars redraw in place and kolorun shows their
+  // updates as they come (docs/launcher.md, "Output"): every worker gets KOLO_TERMINAL=1
+  // (kolorun's environment is the local workers'; KOLO_* variables reach other hosts on
+  // the ssh command line, and mpirun's workers through -x).
+  if (launcher::is_terminal(kolo::core::process_env(), 1)) {
+    ::setenv(launcher::kTerminalVar, "1", 1);
+  }
+  const bool elastic = min_opt->count() + max_opt->count() + script_opt->count() > 0;
+  if (!elastic) {
+    for (auto* opt : {slots_opt, reset_opt, cooldown_opt, timeout_opt, interval_opt}) {
+      if (opt->count() == 0) continue;
+      return fail(opt->get_name() +
+                  " belongs to an elastic job: add --min-np, --max-np or "
+                  "--host-discovery-script (see docs/launcher.md, \"Elastic jobs\")");
+    }
+  }
+  if (elastic) {
+    if (ps_opt->count() > 0) {
+      return fail(
+          "--ps is not elastic: an elastic job (--min-np, --max-np, "
+          "--host-discovery-script) is an allreduce job");
+    }
+    const char* mode = std::getenv(launcher::kLauncherModeVar);
+    if (use_mpi || (mode != nullptr && std::string(mode) == "mpi")) {
+      return fail(std::string("elastic jobs run on kolorun's own launcher and Gloo; ") +
+                  (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") + " is not elastic");
+    }
+    return run_elastic_main({np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots,
+                             reset_limit, cooldown, elastic_timeout, discovery_interval, host_list,
+                             hosts_opt->count() > 0, hostfile, grace_seconds, app.remaining()},
+                            [&] {
+                              OwnLaunch own;
+                              own.dry_run = dry_run;
+                              own.rendezvous_addr = rendezvous_addr;
+                              own.ssh_port = ssh_port;
+                              own.ssh_identity_file = ssh_identity_file;
+                              own.ssh_config = ssh_config;
+                              return own;
+                            }());
+  }
   if (ps_opt->count() == 0 && np_opt->count() == 0) {
     return fail("-np N is required: the number of workers (run kolorun --help for usage)");
   }
@@ -482,14 +717,6 @@ int main(int argc, char** argv) {
   if (Status s = launcher::check_machine_limits(processes, machine_limits(), this_host_names());
       !s.ok()) {
     return fail(s.message());
-  }
-
-  // On a terminal the workers' progress bars redraw in place and kolorun shows their
-  // updates as they come (docs/launcher.md, "Output"): every worker gets KOLO_TERMINAL=1
-  // (kolorun's environment is the local workers'; KOLO_* variables reach other hosts on
-  // the ssh command line, and mpirun's workers through -x).
-  if (launcher::is_terminal(kolo::core::process_env(), 1)) {
-    ::setenv(launcher::kTerminalVar, "1", 1);
   }
 
   const char* mode = std::getenv(launcher::kLauncherModeVar);

@@ -15,6 +15,37 @@ bool is_secret(const std::string& name) {
 
 }  // namespace
 
+WorkerPlan plan_one_worker(const std::string& host, bool remote, const WorkerRanks& ranks,
+                           const std::map<std::string, std::string>& vars,
+                           const std::vector<std::string>& program, const PlanInputs& in) {
+  WorkerPlan p;
+  p.rank = ranks.rank;
+  p.host = host;
+  p.remote = remote;
+  if (remote) {
+    // Other hosts get what mpirun would export (KOLO_*, PATH, LD_LIBRARY_PATH); the
+    // per-job variables below replace stale ones from an outer job.
+    for (const auto& name : exported_variables(in.env)) {
+      if (!is_secret(name)) p.vars[name] = in.env.at(name);
+    }
+  }
+  for (auto& [name, value] : rank_variables(ranks)) p.vars[name] = value;
+  for (const auto& [name, value] : vars) p.vars[name] = value;
+  p.vars[kRendezvousAddrVar] = in.rendezvous_addr;
+  p.vars[kHostAddrVar] = remote ? host : in.this_host_addr;
+  if (!remote) {
+    // A remote worker's wrapper sets this there, from that host's cores.
+    if (auto threads = worker_threads_value(in.cores, ranks.local_size, in.env)) {
+      p.vars[kThreadsVar] = *threads;
+    }
+    p.argv = program;
+  } else {
+    p.argv = ssh_argv(host, in.ssh_port, remote_shell_command(in.cwd, p.vars, in.self_exe, program),
+                      in.ssh_options);
+  }
+  return p;
+}
+
 std::vector<WorkerPlan> plan_workers(const LaunchRequest& request, const PlanInputs& in) {
   const std::vector<int> layout = fill_hosts(request.hosts, request.np);
   std::vector<WorkerPlan> plans;
@@ -23,35 +54,10 @@ std::vector<WorkerPlan> plan_workers(const LaunchRequest& request, const PlanInp
     const std::string host = request.hosts.empty() ? "localhost" : request.hosts[h].host;
     const bool remote = !request.hosts.empty() && !is_this_host(host, in.this_host_names);
     for (int i = 0; i < layout[h]; ++i, ++rank) {
-      WorkerPlan p;
-      p.rank = rank;
-      p.host = host;
-      p.remote = remote;
       WorkerRanks ranks;
       (void)compute_ranks(layout, rank, &ranks);  // cannot fail: rank < the layout's sum
-      if (remote) {
-        // Other hosts get what mpirun would export (KOLO_*, PATH, LD_LIBRARY_PATH); the
-        // per-job variables below replace stale ones from an outer job.
-        for (const auto& name : exported_variables(in.env)) {
-          if (!is_secret(name)) p.vars[name] = in.env.at(name);
-        }
-      }
-      for (auto& [name, value] : rank_variables(ranks)) p.vars[name] = value;
-      p.vars[kHostSlotsVar] = format_layout(layout);
-      p.vars[kRendezvousAddrVar] = in.rendezvous_addr;
-      p.vars[kHostAddrVar] = remote ? host : in.this_host_addr;
-      if (!remote) {
-        // A remote worker's wrapper sets this there, from that host's cores.
-        if (auto threads = worker_threads_value(in.cores, ranks.local_size, in.env)) {
-          p.vars[kThreadsVar] = *threads;
-        }
-        p.argv = request.program;
-      } else {
-        p.argv = ssh_argv(host, in.ssh_port,
-                          remote_shell_command(in.cwd, p.vars, in.self_exe, request.program),
-                          in.ssh_options);
-      }
-      plans.push_back(std::move(p));
+      plans.push_back(plan_one_worker(host, remote, ranks, {{kHostSlotsVar, format_layout(layout)}},
+                                      request.program, in));
     }
   }
   return plans;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/layout.h"
 #include "launcher/mpirun_command.h"
 
 namespace kolo::launcher {
@@ -63,6 +64,13 @@ std::string worker_name(const WorkerPlan& p);
 
 // One plan per rank, in rank order. Requires validate(request) to pass.
 std::vector<WorkerPlan> plan_workers(const LaunchRequest& request, const PlanInputs& in);
+
+// One worker's plan: `program` on `host` (`remote`: through ssh and the wrapper) with the
+// rank variables of `ranks`, then `vars`, then the job's own (store address, host address,
+// OMP_NUM_THREADS for a local one). plan_workers and the elastic driver build with it.
+WorkerPlan plan_one_worker(const std::string& host, bool remote, const WorkerRanks& ranks,
+                           const std::map<std::string, std::string>& vars,
+                           const std::vector<std::string>& program, const PlanInputs& in);
 
 // The command line the remote host's shell runs (the last argument of ssh):
 // "cd CWD && exec env K=V ... SELF_EXE --remote-worker -- PROGRAM ARGS", every word

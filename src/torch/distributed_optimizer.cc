@@ -41,6 +41,10 @@ struct DistributedOptimizer::Param {
   int passes = 0;          // gradients seen since the last synchronize
   bool submitted = false;  // this step's gradient is final (and reduced or reducing)
   TorchHandle handle;      // valid while this step's allreduce is in flight (or not yet waited)
+  // An elastic job's generation ended before this step's allreduce could be submitted
+  // (kolo::WorkersChanged from inside backward): rethrown by synchronize(), which resets
+  // every parameter for the next step, so that elastic::run can restore and go on.
+  std::exception_ptr submit_error;
   // .grad as submitted: a later change means something else zeroed or replaced it.
   const void* submitted_grad = nullptr;
   std::int64_t submitted_version = 0;
@@ -342,7 +346,11 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   }
   // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
   o.compression = options_.compression;
-  p.handle = allreduce_async_(grad, o);
+  try {
+    p.handle = allreduce_async_(grad, o);
+  } catch (const WorkersChanged&) {
+    p.submit_error = std::current_exception();
+  }
   p.submitted_grad = grad.unsafeGetTensorImpl();
   p.submitted_version = grad._version();  // after the allreduce's own version bump
 }
@@ -367,6 +375,10 @@ void DistributedOptimizer::synchronize() {
   // the caller is the first one, not a consequence of it.
   std::exception_ptr first_error;
   for (auto& p : params_) {
+    if (p->submit_error) {
+      if (!first_error) first_error = p->submit_error;
+      p->submit_error = nullptr;
+    }
     if (p->communicating()) {
       try {
         p->handle.wait();  // in place: .grad now holds the reduced gradient
@@ -392,14 +404,19 @@ torch::Tensor DistributedOptimizer::step(LossClosure closure) {
   }
   // The buffers travel while the gradients are still being reduced; every handle is
   // waited for whatever fails, so that no name stays in flight into the next step.
-  std::vector<TorchHandle> buffers = broadcast_buffers_async();
+  std::vector<TorchHandle> buffers;
   std::exception_ptr error;
+  try {
+    buffers = broadcast_buffers_async();
+  } catch (const WorkersChanged&) {
+    error = std::current_exception();  // the gradients' handles are still reset below
+  }
   try {
     // After an explicit synchronize() (e.g. to clip gradients) the gradients are already
     // reduced; reducing them again would sum twice (Horovod warns and does).
     if (!skip_sync_ && !synchronized_) synchronize();
   } catch (...) {
-    error = std::current_exception();
+    if (!error) error = std::current_exception();
   }
   for (auto& h : buffers) {
     try {

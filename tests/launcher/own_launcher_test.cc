@@ -19,31 +19,15 @@
 #include <set>
 #include <sstream>
 
+#include "launcher_test_util.h"
 #include "run_kolorun.h"
 
 namespace kolo::launcher::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 std::multiset<std::string> line_set(const std::string& text) {
   auto lines = lines_of(text);
   return {lines.begin(), lines.end()};
-}
-
-int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
-bool alive(pid_t pid) {
-  // Gone, or a zombie that init has yet to reap, counts as dead.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string pid_field, comm, state;
-  return (stat >> pid_field >> comm >> state) && state != "Z";
 }
 
 bool gone_within(const std::vector<pid_t>& pids, double seconds) {
@@ -56,25 +40,6 @@ bool gone_within(const std::vector<pid_t>& pids, double seconds) {
   }
   return false;
 }
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    char path[] = "/tmp/kolorun_own_XXXXXX";
-    if (::mkdtemp(path) != nullptr) path_ = path;
-  }
-  ~ScratchDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
-    std::ofstream(path_ + "/" + name) << text;
-    ::chmod((path_ + "/" + name).c_str(), mode);
-  }
-
- private:
-  std::string path_;
-};
 
 // A PATH with sh (and the tools the tests' scripts use) but no mpirun.
 std::string path_without_mpirun(const ScratchDir& dir) {
@@ -90,15 +55,6 @@ std::string path_without_mpirun(const ScratchDir& dir) {
     }
   }
   return bin;
-}
-
-// A stand-in ssh: skips its options up to "--", then the host, and runs the command.
-std::map<std::string, std::string> fake_ssh_env(const ScratchDir& dir) {
-  dir.write("ssh",
-            "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nshift\nexec sh -c \"$1\"\n",
-            0755);
-  const char* path = std::getenv("PATH");
-  return {{"PATH", dir.path() + ":" + (path ? path : "/usr/bin:/bin")}};
 }
 
 TEST(OwnLauncher, RunsWithoutMpirunAndPrefixesEachWorkersLines) {

@@ -1,0 +1,629 @@
+// kolorun's elastic driver: the poll() loop of an elastic job (see elastic_driver.h).
+#include "launcher/elastic_driver.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <random>
+
+#include "launcher/job.h"
+#include "launcher/lines.h"
+#include "launcher/process.h"
+#include "launcher/worker_process.h"
+
+namespace kolo::launcher {
+namespace {
+
+// As in job.cc: how long a worker's pipes are read after it ended.
+constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
+// How often the store is read for arrivals (while a removed worker waits for them) and for
+// reset requests (while the job runs).
+constexpr auto kArrivalPoll = std::chrono::milliseconds(100);
+constexpr auto kResetPoll = std::chrono::milliseconds(250);
+
+struct Worker : WorkerProcess {
+  int id = 0;
+  // (generation, rank) of every plan that holds it, oldest first; its output prefix is
+  // the newest rank.
+  std::vector<std::pair<int, int>> ranks;
+  bool removed = false;  // left out of the newest plan: its end is no failure
+  std::optional<Deadline> removed_at, term_at, kill_at;
+};
+
+std::string plural(int n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// The job's state; owned by kolorun's one thread.
+class Driver {
+ public:
+  explicit Driver(const ElasticOptions& o)
+      : o_(o),
+        console_(o.terminal),
+        blacklist_(o.cooldown, o.uniform ? o.uniform : random_uniform()),
+        hosts_(o.hosts) {}
+  int run();
+
+ private:
+  static std::function<double()> random_uniform() {
+    auto engine = std::make_shared<std::mt19937_64>(std::random_device{}());
+    return [engine] { return std::uniform_real_distribution<double>(0, 1)(*engine); };
+  }
+  void say(const std::string& text) { console_.message(2, "kolorun: " + text + "\n"); }
+  int generation() const { return static_cast<int>(plans_.size()) - 1; }
+  bool alive(const Worker& w) const { return !w.exit && !(w.reaped && w.child.pid < 0); }
+  void on_line(Worker* w, int stream, std::string_view line);
+  void on_redraw(Worker* w, int stream, std::string_view text);
+  void reap();
+  void maybe_finish(Worker* w);
+  void on_end(Worker* w, WorkerExit e);
+  void publish(Worker* w, const WorkerExit& e);
+  // Writes the next plan if the workers or the hosts call for one (`force`: a reset was
+  // requested), or waits for slots; `why` says what changed.
+  void replan(const std::string& why, bool force = false);
+  bool write_plan(const PlanResult& plan, const std::string& why);
+  void start(Worker* w, const std::vector<PlanMember>& plan, int rank);
+  void give_up(const std::string& message, int status);
+  void discover();
+  void poll_store();
+  void on_user_signal(int sig);
+  void stop_all();
+  void on_deadlines();
+  std::optional<Deadline> next_deadline() const;
+  bool done() const;
+  int exit_status() const;
+
+  const ElasticOptions& o_;
+  Console console_;
+  Blacklist blacklist_;
+  std::vector<HostSlots> hosts_;
+  StartContext start_;
+  std::deque<Worker> workers_;  // every worker of the job, in start order (by id)
+  std::vector<std::vector<PlanMember>> plans_;
+  // Fewer than --min-np slots since then: the job ends at wait_since_ + --elastic-timeout.
+  std::optional<Deadline> wait_since_;
+  std::optional<Deadline> cooldown_wake_;  // the next end of a host's cooldown
+  int waiting_workers_ = 0;
+  bool finished_ = false;  // elastic/finished set: no plan follows
+  bool stopping_ = false, killed_ = false;
+  std::optional<Deadline> kill_deadline_;
+  int user_signal_ = 0;
+  std::optional<int> give_up_status_;
+  std::optional<int> failed_after_finish_;
+  std::optional<int> first_failure_status_;
+  std::vector<std::string> failures_;  // exit sentences, for "every worker failed"
+  Deadline next_discovery_, next_reset_poll_, next_arrival_poll_;
+  std::int64_t reset_requests_seen_ = 0;
+  // The generation whose arrivals the removed workers wait for (-1: none).
+  int arrivals_for_ = -1;
+  bool store_failed_ = false;
+};
+
+int Driver::run() {
+  const int signal_fd = route_signals_to_pipe({SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+  ::signal(SIGPIPE, SIG_IGN);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // as job.cc: leftovers end with the job
+  start_.guard = start_group_guard(o_.kill_after_seconds);
+  start_.base_env = worker_base_env(/*drop_rank_variables=*/true);
+  start_.rendezvous_secret = o_.rendezvous_secret;
+  start_.event_token = o_.event_token;
+  const Deadline now = Clock::now();
+  next_discovery_ = now + seconds_duration(o_.discovery_interval_s);
+  next_reset_poll_ = now + kResetPoll;
+  next_arrival_poll_ = now;
+  replan("start");
+
+  while (!done()) {
+    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
+    for (const Worker& w : workers_) {
+      if (w.output) w.output->add_to(&fds);
+    }
+    const std::optional<Deadline> wake = next_deadline();
+    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(wake ? &*wake : nullptr));
+    if (r < 0 && errno != EINTR) {
+      say(std::string("poll: ") + std::strerror(errno));
+      give_up("stopping the job", 1);
+    }
+    for (Worker& w : workers_) {
+      if (!w.output) continue;
+      w.output->service(
+          fds, [&](std::string_view line) { on_line(&w, 1, line); },
+          [&](std::string_view line) { on_line(&w, 2, line); },
+          [&](std::string_view text) { on_redraw(&w, 1, text); },
+          [&](std::string_view text) { on_redraw(&w, 2, text); });
+    }
+    for (const auto& e : read_signal_events(signal_fd)) {
+      if (e.signal != SIGCHLD) on_user_signal(e.signal);
+    }
+    reap();
+    for (Worker& w : workers_) maybe_finish(&w);
+    on_deadlines();
+  }
+  console_.finish();
+  end_descendants(std::chrono::milliseconds(500));
+  end_group_guard(&start_.guard);
+  return exit_status();
+}
+
+void Driver::on_line(Worker* w, int stream, std::string_view line) {
+  if (!take_exit_marker(w, stream, o_.event_token, &line)) return;
+  std::string text = "[" + std::to_string(w->plan.rank) + "] ";
+  text.append(line);
+  console_.line(stream, w->plan.rank, text);
+  remember_line(w, line);
+}
+
+void Driver::on_redraw(Worker* w, int stream, std::string_view text) {
+  std::string shown = "[" + std::to_string(w->plan.rank) + "] ";
+  shown.append(text);
+  console_.redraw(stream, w->plan.rank, shown);
+}
+
+void Driver::reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (Worker& w : workers_) {
+      if (w.child.pid != pid || w.reaped) continue;
+      mark_reaped(&w, status, stopping_ ? kDrainWhenStopping : kDrainAfterExit);
+    }
+  }
+}
+
+void Driver::maybe_finish(Worker* w) {
+  if (!end_known(*w)) return;
+  if (w->output->open() && Clock::now() >= *w->drain_until) {
+    w->output->finish([&](std::string_view l) { on_line(w, 1, l); },
+                      [&](std::string_view l) { on_line(w, 2, l); });
+    ::kill(-w->child.pid, SIGTERM);
+  }
+  on_end(w, exit_of(*w));
+}
+
+void Driver::on_end(Worker* w, WorkerExit e) {
+  e.stop = w->stopped_by_job && e.failed() ? Stop::kByJob : Stop::kNone;
+  w->exit = e;
+  publish(w, e);
+  if (stopping_) return;  // the job is ending: what follows is its consequence
+  if (w->removed) {
+    say(exit_sentence(e) + " (it was no longer in the plan)");
+    return;
+  }
+  if (!e.failed()) {
+    if (!finished_) {
+      finished_ = true;
+      if (o_.store->set("elastic/finished", exit_sentence(e)).ok()) {
+        say(exit_sentence(e) + ": training is over; waiting for the other workers to end");
+      }
+    }
+    return;
+  }
+  say(e.shim_lost ? exit_sentence(e) : describe_exit(e));
+  if (!w->last_lines.empty()) {
+    console_.message(2, last_lines_text(w->last_lines, std::to_string(w->plan.rank)));
+  }
+  failures_.push_back(exit_sentence(e));
+  if (!first_failure_status_) first_failure_status_ = e.status();
+  if (finished_) {
+    if (!failed_after_finish_) failed_after_finish_ = e.status();
+    return;
+  }
+  const auto back = blacklist_.add(w->plan.host, Clock::now());
+  cooldown_wake_ = blacklist_.next_return(Clock::now());
+  if (back) {
+    const double s = std::chrono::duration<double>(*back - Clock::now()).count();
+    say("host " + w->plan.host + " is blacklisted for " + seconds_text(std::round(s * 10) / 10) +
+        " s (--blacklist-cooldown-range): no new worker starts there before that");
+  } else {
+    say("host " + w->plan.host + " is blacklisted: no new worker starts there");
+  }
+  bool any = false;
+  for (const Worker& other : workers_) any = any || (alive(other) && !other.removed);
+  if (!any) {
+    std::string text = "every worker of the elastic job failed:";
+    for (size_t i = 0; i < failures_.size(); ++i) text += (i ? "; " : " ") + failures_[i];
+    give_up(text, *first_failure_status_);
+    return;
+  }
+  replan(worker_name(w->plan) + " (id " + std::to_string(w->id) + ") failed");
+}
+
+void Driver::publish(Worker* w, const WorkerExit& e) {
+  if (store_failed_) return;
+  for (const auto& [g, rank] : w->ranks) {
+    WorkerExit in_g = e;
+    in_g.rank = rank;
+    const std::string prefix = "elastic/" + std::to_string(g) + "/launcher/";
+    std::int64_t total = 0;
+    Status s = o_.store->set(prefix + "exit/" + std::to_string(rank), exit_sentence(in_g));
+    if (s.ok()) s = o_.store->add(prefix + "exits", 1, &total);
+    if (!s.ok()) {
+      store_failed_ = true;  // the store is in this process: it will not come back
+      say("warning: could not publish " + worker_name(w->plan) +
+          "'s end in the job's store: " + s.message());
+      return;
+    }
+  }
+}
+
+void Driver::replan(const std::string& why, bool force) {
+  if (finished_ || stopping_) return;
+  const Deadline now = Clock::now();
+  PlanRequest request;
+  // The living workers in the newest plan's rank order (every started worker is in it).
+  if (!plans_.empty()) {
+    for (const PlanMember& m : plans_.back()) {
+      const Worker& w = workers_[static_cast<size_t>(m.id)];
+      if (alive(w)) request.living.push_back({w.id, w.plan.host});
+    }
+  }
+  request.hosts = hosts_;
+  request.blocked = blacklist_.blocked_of(hosts_, now);
+  request.min_np = o_.min_np;
+  request.max_np = o_.max_np > 0 ? o_.max_np : (plans_.empty() ? o_.start_np : 0);
+  request.next_id = static_cast<int>(workers_.size());
+  PlanResult plan = next_plan(request);
+  if (plan.wait) {
+    bool for_good = o_.discovery_script.empty() && !hosts_.empty();
+    for (const auto& h : hosts_) for_good = for_good && blacklist_.blocked_for_good(h.host, now);
+    if (for_good) {
+      give_up(
+          "every host is blacklisted (a worker failed on each, and there is no "
+          "--blacklist-cooldown-range): " +
+              plural(plan.workers, "worker remains", "workers remain") + " of --min-np " +
+              std::to_string(o_.min_np) + "; stopping",
+          first_failure_status_.value_or(1));
+      return;
+    }
+    if (!wait_since_ || waiting_workers_ != plan.workers) {
+      say("waiting for slots: " + plural(plan.workers, "usable slot", "usable slots") +
+          " of --min-np " + std::to_string(o_.min_np) + " (" + why + "; at most " +
+          seconds_text(o_.elastic_timeout_s) + " s in all, --elastic-timeout)");
+    }
+    if (!wait_since_) wait_since_ = now;
+    waiting_workers_ = plan.workers;
+    return;
+  }
+  wait_since_.reset();
+  if (!force && !plans_.empty() && plan.members == plans_.back()) return;
+  const int g = static_cast<int>(plans_.size());
+  if (o_.reset_limit >= 0 && g > o_.reset_limit) {
+    give_up("the job was reset " + plural(g, "time", "times") +
+                ", the reset limit (--reset-limit " + std::to_string(o_.reset_limit) +
+                "); stopping",
+            first_failure_status_.value_or(1));
+    return;
+  }
+  write_plan(plan, why);
+}
+
+bool Driver::write_plan(const PlanResult& plan, const std::string& why) {
+  const int g = static_cast<int>(plans_.size());
+  std::int64_t count = 0;
+  Status s = o_.store->set("elastic/plan/" + std::to_string(g), format_plan(plan.members));
+  if (s.ok()) s = o_.store->add("elastic/generations", 1, &count);
+  if (!s.ok()) {
+    give_up("cannot write the elastic plan to the job's store: " + s.message(), 1);
+    return false;
+  }
+  plans_.push_back(plan.members);
+  reset_requests_seen_ = 0;
+  std::string text = "generation " + std::to_string(g) + " (" + why +
+                     "): " + plural(static_cast<int>(plan.members.size()), "worker", "workers") +
+                     ":";
+  for (size_t rank = 0; rank < plan.members.size(); ++rank) {
+    text += (rank ? ", id " : " id ") + std::to_string(plan.members[rank].id) + " on " +
+            plan.members[rank].host;
+  }
+  say(text);
+  for (int id : plan.removed) {
+    Worker& w = workers_[static_cast<size_t>(id)];
+    w.removed = true;
+    w.removed_at = Clock::now();
+  }
+  if (!plan.removed.empty() || arrivals_for_ >= 0) arrivals_for_ = g;
+  std::vector<int> not_started;
+  for (size_t rank = 0; rank < plan.members.size(); ++rank) {
+    const PlanMember& m = plan.members[rank];
+    if (m.id >= static_cast<int>(workers_.size())) {
+      workers_.emplace_back();
+      workers_.back().id = m.id;
+      start(&workers_.back(), plan.members, static_cast<int>(rank));
+      if (workers_.back().reaped) not_started.push_back(m.id);
+    } else {
+      Worker& w = workers_[static_cast<size_t>(m.id)];
+      w.plan.rank = static_cast<int>(rank);
+      w.ranks.emplace_back(g, static_cast<int>(rank));
+    }
+  }
+  // A worker that could not be started ended with status 127 (what a shell reports).
+  for (int id : not_started) {
+    Worker& w = workers_[static_cast<size_t>(id)];
+    WorkerExit e;
+    e.rank = w.plan.rank;
+    e.host = w.plan.host;
+    e.exit_code = 127;
+    on_end(&w, e);
+  }
+  return true;
+}
+
+void Driver::start(Worker* w, const std::vector<PlanMember>& plan, int rank) {
+  const int g = static_cast<int>(plans_.size()) - 1;
+  w->plan = elastic_worker_plan(o_, plan, rank, g);
+  w->ranks.emplace_back(g, rank);
+  if (Status s = start_worker(start_, w); !s.ok()) {
+    say(worker_name(w->plan) + " (host " + w->plan.host + "): " + s.message());
+  }
+}
+
+void Driver::give_up(const std::string& message, int status) {
+  if (stopping_) return;
+  say(message);
+  give_up_status_ = status == 0 ? 1 : status;
+  if (!finished_ && !store_failed_) (void)o_.store->set("elastic/finished", message);
+  finished_ = true;
+  stop_all();
+}
+
+void Driver::discover() {
+  next_discovery_ = Clock::now() + seconds_duration(o_.discovery_interval_s);
+  std::vector<HostSlots> hosts;
+  if (Status s = run_discovery_script(o_.discovery_script, o_.default_slots,
+                                      kDiscoveryTimeoutSeconds, &hosts);
+      !s.ok()) {
+    say("warning: " + s.message() + "; keeping the last hosts");
+    return;
+  }
+  if (hosts == hosts_) return;
+  std::string text = "the hosts changed:";
+  for (const auto& h : hosts) text += " " + h.host + ":" + std::to_string(h.slots);
+  if (hosts.empty()) text += " none";
+  say(text);
+  hosts_ = std::move(hosts);
+  replan("the hosts changed");
+}
+
+void Driver::poll_store() {
+  const Deadline now = Clock::now();
+  if (store_failed_ || plans_.empty()) return;
+  if (now >= next_reset_poll_) {
+    next_reset_poll_ = now + kResetPoll;
+    std::string value;
+    bool found = false;
+    const std::string key = "elastic/" + std::to_string(generation()) + "/reset_requests";
+    if (o_.store->try_get(key, &value, &found).ok() && found) {
+      const std::int64_t n = std::atoll(value.c_str());
+      if (n > reset_requests_seen_) {
+        reset_requests_seen_ = n;
+        replan("a worker asked for a reset", /*force=*/true);
+      }
+    }
+  }
+  if (arrivals_for_ >= 0 && now >= next_arrival_poll_) {
+    next_arrival_poll_ = now + kArrivalPoll;
+    arrivals_for_ = generation();
+    std::vector<std::string> keys;
+    for (size_t rank = 0; rank < plans_.back().size(); ++rank) {
+      keys.push_back("elastic/" + std::to_string(arrivals_for_) + "/arrived/" +
+                     std::to_string(rank));
+    }
+    bool all = false;
+    if (o_.store->check(keys, &all).ok() && all) {
+      for (Worker& w : workers_) {
+        if (w.removed && alive(w) && !w.term_at) {
+          w.term_at = now + seconds_duration(kRemovedGraceSeconds);
+        }
+      }
+      arrivals_for_ = -1;
+    }
+  }
+}
+
+void Driver::on_user_signal(int sig) {
+  if (user_signal_ != 0) {
+    killed_ = true;
+    for (Worker& w : workers_) kill_worker(&w);
+    return;
+  }
+  user_signal_ = sig;
+  say(std::string("received ") + stop_signal_name(sig) + ", stopping the job");
+  if (!finished_ && !store_failed_) {
+    (void)o_.store->set("elastic/finished",
+                        std::string("kolorun received ") + stop_signal_name(sig));
+  }
+  finished_ = true;
+  stop_all();
+}
+
+void Driver::stop_all() {
+  if (stopping_) return;
+  stopping_ = true;
+  for (Worker& w : workers_) stop_worker(&w);
+  kill_deadline_ = Clock::now() + seconds_duration(o_.kill_after_seconds);
+}
+
+void Driver::on_deadlines() {
+  const Deadline now = Clock::now();
+  if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) {
+    killed_ = true;
+    for (Worker& w : workers_) kill_worker(&w);
+  }
+  for (Worker& w : workers_) {
+    if (w.reaped && w.output && w.output->open() && now >= *w.drain_until) {
+      w.output->finish([&](std::string_view l) { on_line(&w, 1, l); },
+                       [&](std::string_view l) { on_line(&w, 2, l); });
+      ::kill(-w.child.pid, SIGTERM);
+    }
+    if (!w.removed || !w.running) continue;
+    // A removed worker that did not leave by itself; also when the newer plan's members
+    // never all arrive (they fail instead), at most --elastic-timeout after it was removed.
+    const bool late = now >= *w.removed_at + seconds_duration(o_.elastic_timeout_s);
+    if (!w.kill_at && ((w.term_at && now >= *w.term_at) || late)) {
+      say(worker_name(w.plan) + " (id " + std::to_string(w.id) +
+          ") is no longer in the plan and did not leave: stopping it");
+      stop_worker(&w);
+      w.kill_at = now + seconds_duration(o_.kill_after_seconds);
+    } else if (w.kill_at && now >= *w.kill_at) {
+      kill_worker(&w);
+    }
+  }
+  if (stopping_) return;
+  if (wait_since_ && now >= *wait_since_ + seconds_duration(o_.elastic_timeout_s)) {
+    give_up("the elastic job had " + plural(waiting_workers_, "usable slot", "usable slots") +
+                " of --min-np " + std::to_string(o_.min_np) + " for " +
+                seconds_text(o_.elastic_timeout_s) + " s (--elastic-timeout); stopping",
+            first_failure_status_.value_or(1));
+    return;
+  }
+  if (cooldown_wake_ && now >= *cooldown_wake_) {
+    cooldown_wake_ = blacklist_.next_return(now);
+    replan("a blacklisted host's cooldown ended");
+  }
+  if (!o_.discovery_script.empty() && now >= next_discovery_) discover();
+  poll_store();
+}
+
+std::optional<Deadline> Driver::next_deadline() const {
+  std::optional<Deadline> best;
+  auto consider = [&](const std::optional<Deadline>& d) {
+    if (d && (!best || *d < *best)) best = d;
+  };
+  if (stopping_ && !killed_) consider(kill_deadline_);
+  for (const Worker& w : workers_) {
+    if (w.reaped && (!w.exit || (w.output && w.output->open()))) consider(w.drain_until);
+    if (w.removed && w.running) {
+      consider(w.kill_at ? w.kill_at : w.term_at);
+      consider(*w.removed_at + seconds_duration(o_.elastic_timeout_s));
+    }
+  }
+  if (!stopping_) {
+    if (wait_since_) consider(*wait_since_ + seconds_duration(o_.elastic_timeout_s));
+    consider(cooldown_wake_);
+    if (!o_.discovery_script.empty()) consider(next_discovery_);
+    if (!plans_.empty() && !finished_) consider(next_reset_poll_);
+    if (arrivals_for_ >= 0) consider(next_arrival_poll_);
+  }
+  return best;
+}
+
+bool Driver::done() const {
+  for (const Worker& w : workers_) {
+    if (!w.exit || (w.output && w.output->open())) return false;
+  }
+  // Nobody left: over once training ended or the driver gave up; while waiting for slots
+  // with nobody alive, the --elastic-timeout deadline ends it.
+  return finished_ || stopping_;
+}
+
+int Driver::exit_status() const {
+  if (user_signal_ != 0) return 128 + user_signal_;
+  if (give_up_status_) return *give_up_status_;
+  if (failed_after_finish_) return *failed_after_finish_;
+  return finished_ ? 0 : 1;
+}
+
+}  // namespace
+
+Status run_discovery_script(const std::string& script, int default_slots, double timeout_s,
+                            std::vector<HostSlots>* out) {
+  const std::string name = "the host discovery script '" + script + "'";
+  Child child;
+  SpawnOptions spawn;
+  spawn.own_process_group = true;
+  spawn.parent_death_signal = SIGKILL;
+  spawn.stdin_from_dev_null = true;
+  if (Status s = spawn_piped({"sh", "-c", script}, spawn, &child); !s.ok()) {
+    return InvalidArgument(name + " cannot run: " + s.message());
+  }
+  OutputReader output(child.out_fd, child.err_fd, LineSplitter::Returns::kKeep);
+  std::string text, err;
+  const Deadline deadline = deadline_after(timeout_s);
+  std::optional<int> status;
+  bool timed_out = false;
+  while (!status || output.open()) {
+    std::vector<struct pollfd> fds;
+    output.add_to(&fds);
+    const Deadline wake = std::min(deadline, Clock::now() + std::chrono::milliseconds(20));
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms(&wake)) < 0 && errno != EINTR) break;
+    output.service(
+        fds, [&](std::string_view l) { text.append(l).push_back('\n'); },
+        [&](std::string_view l) { err.assign(l); });
+    int st = 0;
+    if (!status && ::waitpid(child.pid, &st, WNOHANG) == child.pid) status = st;
+    if (Clock::now() >= deadline) {
+      timed_out = !status;
+      ::kill(-child.pid, SIGKILL);  // and whatever it started that holds the pipes
+      if (!status) {
+        ::waitpid(child.pid, &st, 0);  // SIGKILL: returns at once
+        status = st;
+      }
+      break;
+    }
+  }
+  output.finish([&](std::string_view l) { text.append(l).push_back('\n'); },
+                [&](std::string_view l) { err.assign(l); });
+  const std::string said = err.empty() ? "" : " (its last stderr line: " + err + ")";
+  if (timed_out) {
+    return InvalidArgument(name + " did not finish within " + seconds_text(timeout_s) + " s" +
+                           said);
+  }
+  if (shell_status(*status) != 0) {
+    return InvalidArgument(name + " exited with status " + std::to_string(shell_status(*status)) +
+                           said);
+  }
+  if (Status s = parse_discovery_output(text, default_slots, out); !s.ok()) {
+    return InvalidArgument(name + " printed something that is not a host: " + s.message());
+  }
+  return Status::OK();
+}
+
+PlanResult first_plan(const ElasticOptions& options) {
+  PlanRequest request;
+  request.hosts = options.hosts;
+  request.min_np = options.min_np;
+  request.max_np = options.max_np > 0 ? options.max_np : options.start_np;
+  return next_plan(request);
+}
+
+WorkerPlan elastic_worker_plan(const ElasticOptions& options, const std::vector<PlanMember>& plan,
+                               int rank, int generation) {
+  const PlanMember& m = plan[static_cast<size_t>(rank)];
+  WorkerRanks ranks;
+  ranks.rank = rank;
+  ranks.size = static_cast<int>(plan.size());
+  ranks.local_rank = m.local_rank;
+  ranks.local_size = m.local_size;
+  ranks.cross_rank = m.cross_rank;
+  ranks.cross_size = m.cross_size;
+  const bool remote = !is_this_host(m.host, options.inputs.this_host_names);
+  const std::map<std::string, std::string> vars = {
+      {kElasticVar, "1"},
+      {kElasticIdVar, std::to_string(m.id)},
+      {kElasticGenerationVar, std::to_string(generation)},
+      {kElasticTimeoutVar, seconds_text(options.elastic_timeout_s)},
+  };
+  return plan_one_worker(m.host, remote, ranks, vars, options.program, options.inputs);
+}
+
+int run_elastic_job(const ElasticOptions& options) {
+  Driver driver(options);
+  return driver.run();
+}
+
+}  // namespace kolo::launcher
