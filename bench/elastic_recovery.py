@@ -280,7 +280,7 @@ def short(path):
 def report(systems, results, failures, a, started, load0):
     cpu = cpu_model()
     print()
-    print(f"## Elastic recovery: kill -9 of one worker -> first step of the re-formed job")
+    print("## Elastic recovery: kill -9 of one worker -> first step of the re-formed job")
     print()
     print(f"{time.strftime('%Y-%m-%d %H:%M', started)}-{time.strftime('%H:%M')}, {cpu}, "
           f"{os.cpu_count()} CPUs, load {load0} -> {loadavg()}; median of {a.runs} runs; "

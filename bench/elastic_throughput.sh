@@ -67,8 +67,15 @@ run() {
     tail -20 "$out.log" >&2
     exit 1
   fi
-  echo "$("$py" -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["images_per_sec"])' \
-    "$out.json") images/s ($((SECONDS - t0)) s)" >&2
+  local ips
+  ips=$("$py" -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1])).get("images_per_sec", -1))' \
+    "$out.json")
+  if [ "$ips" = "-1.0" ]; then
+    echo "$name: $bin/fashion_mnist wrote no images_per_sec in its --summary-json ($out.json:" \
+      "$(tr -d '\n' < "$out.json")); command: ${cmd[*]}" >&2
+    exit 1
+  fi
+  echo "$ips images/s ($((SECONDS - t0)) s)" >&2
 }
 
 echo "elastic_throughput: 2 workers, $max_steps steps per worker, batch $batch, commit every" \
