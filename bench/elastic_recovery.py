@@ -27,9 +27,9 @@ every process is on this host):
 
 Each run starts a fresh job, waits until every rank completed --kill-after steps and then
 a random 0 to --kill-jitter seconds (so that the kill falls anywhere in torchrun's monitor
-period, as a real failure would), kills, waits for the recovery point and for every rank of the new job to print a step, then ends
-the job (SIGTERM to its process group, SIGKILL after 5 s). Every wait is bounded by
---timeout seconds; a run that fails says why (and the output's last lines), and the rest
+period, as a real failure would), kills, waits for the recovery point and for every rank
+of the new job to print a step, then ends the job (SIGTERM to its process group, SIGKILL
+after 5 s). Every wait is bounded by --timeout seconds; a run that fails says why (and the output's last lines), and the rest
 of that system's runs at that size are skipped. Systems alternate run by run. Prints a
 Markdown table (median, min, max seconds), the CPU, the date and the load; --json writes
 every run's figures.
@@ -47,6 +47,7 @@ import queue
 import random
 import re
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -131,7 +132,7 @@ class Kolo:
     def check(self):
         for f in (self.kolorun, self.program[0]):
             if not os.access(f, os.X_OK):
-                return f"missing {f} (cd build && nice make kolorun kolo_elastic_core_worker)"
+                return f"missing {f} (cd build && nice make {os.path.basename(f)})"
         return None
 
 
@@ -223,7 +224,10 @@ def run_once(system, n, a, logdir):
         if job.proc.poll() is not None:
             raise RunFailed(f"the launcher ended (exit {job.proc.returncode}) before the kill")
         t_kill = now_ms()
-        os.kill(victim, signal.SIGKILL)
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            raise RunFailed(f"rank {n - 1}'s worker (pid {victim}) ended before the kill") from None
         deadline = time.monotonic() + a.timeout
         while True:
             step = job.next_step(deadline, "a step after the kill")
@@ -315,14 +319,17 @@ def report(systems, results, failures, a, started, load0):
                 what += "; a later run failed"
             print(f"| {n} -> {after} | {s.label()} | {statistics.median(secs):.2f} | {min(secs):.2f} | "
                   f"{max(secs):.2f} | {len(rs)} | {what} |")
+    splits = False
     for n in a.sizes:
         split = [r["to_new_process_s"] for r in results
                  if r["before"] == n and r["to_new_process_s"] is not None]
         if split:
+            splits = True
             print(f"\n{n} workers, torchrun: kill -> first restarted worker process started: median "
                   f"{statistics.median(split):.2f} s (min {min(split):.2f}, max {max(split):.2f}); the rest "
                   f"is the new workers' start-up (import torch, data, rendezvous, DDP) and a step", end="")
-    print()
+    if splits:
+        print()
     if failures:
         print()
         for msg in failures.values():
@@ -356,6 +363,10 @@ def bench(a):
                 results.append(r)
                 print(f"run {i + 1}/{a.runs}: {s.name} {n} -> {r['after']}: {r['seconds']:.3f} s", flush=True)
     report(systems, results, failures, a, started, load0)
+    if failures:
+        print(f"torchrun's worker logs: {logroot}")
+    elif not a.keep_logs:
+        shutil.rmtree(logroot, ignore_errors=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cpu": cpu_model(), "date": time.strftime("%Y-%m-%dT%H:%M:%S", started), "runs": results,
@@ -421,6 +432,7 @@ def self_test(a):
     """The kolo side against the stand-in: the measured time must be the stand-in's delay
     (plus at most a step, the scheduling and the line's trip), the job N-1 survivors."""
     delay = a.fake_delay_ms
+    a.kill_jitter = min(a.kill_jitter, 0.2)
     a.kolorun = None
     a.kolo_program = "true"
     kolo = Kolo(a)
@@ -463,7 +475,8 @@ def main():
                         "anywhere in torchrun's monitor period (default 5)")
     p.add_argument("--timeout", type=float, default=120.0, help="bound of each wait of a run, seconds")
     p.add_argument("--json", default="", help="write every run's figures here")
-    p.add_argument("--keep-logs", default="", help="torchrun's --log_dir root (default under /tmp)")
+    p.add_argument("--keep-logs", default="", help="torchrun's --log_dir root, kept (default: a folder under /tmp, removed "
+                        "unless a run failed)")
     p.add_argument("--self-test", action="store_true", help="check the harness against a stand-in kolorun")
     p.add_argument("--fake-delay-ms", type=int, default=300, help="the stand-in's re-forming time")
     a = p.parse_args()
