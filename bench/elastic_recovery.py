@@ -29,10 +29,11 @@ Each run starts a fresh job, waits until every rank completed --kill-after steps
 a random 0 to --kill-jitter seconds (so that the kill falls anywhere in torchrun's monitor
 period, as a real failure would), kills, waits for the recovery point and for every rank
 of the new job to print a step, then ends the job (SIGTERM to its process group, SIGKILL
-after 5 s). Every wait is bounded by --timeout seconds; a run that fails says why (and the output's last lines), and the rest
-of that system's runs at that size are skipped. Systems alternate run by run. Prints a
-Markdown table (median, min, max seconds), the CPU, the date and the load; --json writes
-every run's figures.
+after 5 s). Every wait is bounded by --timeout seconds. A run that fails says why (and the
+output's last lines) and counts in the table; when it failed before the kill (the job did
+not start right) the rest of that system's runs at that size are skipped. Systems
+alternate run by run. Prints a Markdown table (median, min, max seconds), the CPU, the
+date and the load; --json writes every run's figures.
 
 --self-test runs the kolo side against a stand-in for kolorun's elastic driver (this file
 with --fake-kolorun: N forked workers that print the kolo lines and re-form without the
@@ -66,7 +67,12 @@ STARTED_LINE = re.compile(r"\bstarted restart (\d+) pid (\d+) t_ms (\d+)")
 
 
 class RunFailed(Exception):
-    pass
+    """A run that measured nothing; after_kill: it failed only after the kill (the job
+    started, so the other runs are worth trying)."""
+
+    def __init__(self, message, after_kill=False):
+        super().__init__(message)
+        self.after_kill = after_kill
 
 
 def now_ms():
@@ -175,7 +181,7 @@ class Job:
             raise RunFailed(f"the launcher ended (exit {self.proc.returncode}) before {what}")
         return step
 
-    def tail(self, n=12):
+    def tail(self, n=24):
         return "\n".join("    " + s for s in self.all_lines[-n:])
 
     def stop(self, program_name):
@@ -207,6 +213,7 @@ def run_once(system, n, a, logdir):
     """Seconds from the kill to the first step of the re-formed job, and what it became."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     job = Job(system.command(n, logdir), env, system.pattern)
+    killed = False
     try:
         deadline = time.monotonic() + a.timeout
         first_gen, last = None, {}
@@ -226,6 +233,7 @@ def run_once(system, n, a, logdir):
         t_kill = now_ms()
         try:
             os.kill(victim, signal.SIGKILL)
+            killed = True
         except ProcessLookupError:
             raise RunFailed(f"rank {n - 1}'s worker (pid {victim}) ended before the kill") from None
         deadline = time.monotonic() + a.timeout
@@ -253,8 +261,9 @@ def run_once(system, n, a, logdir):
             "to_new_process_s": (min(restarted) - t_kill) / 1000.0 if restarted else None,
         }
     except RunFailed as e:
-        raise RunFailed(f"{system.label()}, {n} workers: {e}\n  command: {shlex.join(job.cmd)}\n"
-                        f"  last output:\n{job.tail()}") from None
+        when = "after the kill" if killed else "before the kill"
+        raise RunFailed(f"{system.label()}, {n} workers, {when}: {e}\n  command: {shlex.join(job.cmd)}\n"
+                        f"  last output:\n{job.tail()}", after_kill=killed) from None
     finally:
         job.stop(system.program_name)
 
@@ -302,9 +311,11 @@ def report(systems, results, failures, a, started, load0):
     for n in a.sizes:
         for s in systems:
             rs = [r for r in results if r["system"] == s.name and r["before"] == n]
-            key = (s.name, n)
+            failed = failures.get((s.name, n), [])
+            tried = len(rs) + len(failed)
             if not rs:
-                print(f"| {n} -> ? | {s.label()} | - | - | - | 0 | failed: {failures.get(key, 'not run').splitlines()[0]} |")
+                why = failed[0].splitlines()[0] if failed else "not run"
+                print(f"| {n} -> ? | {s.label()} | - | - | - | 0 of {tried} | failed: {why} |")
                 continue
             secs = [r["seconds"] for r in rs]
             afters = sorted({r["after"] for r in rs})
@@ -315,10 +326,11 @@ def report(systems, results, failures, a, started, load0):
                 what = "every worker restarted (new processes)"
             else:
                 what = "mixed: " + ", ".join(f"{r['new_processes']} new" for r in rs)
-            if key in failures:
-                what += "; a later run failed"
+            if failed:
+                what += f"; {len(failed)} of {tried} failed: {failed[0].splitlines()[0]}"
+            runs = str(len(rs)) if not failed else f"{len(rs)} of {tried}"
             print(f"| {n} -> {after} | {s.label()} | {statistics.median(secs):.2f} | {min(secs):.2f} | "
-                  f"{max(secs):.2f} | {len(rs)} | {what} |")
+                  f"{max(secs):.2f} | {runs} | {what} |")
     splits = False
     for n in a.sizes:
         split = [r["to_new_process_s"] for r in results
@@ -330,10 +342,9 @@ def report(systems, results, failures, a, started, load0):
                   f"is the new workers' start-up (import torch, data, rendezvous, DDP) and a step", end="")
     if splits:
         print()
-    if failures:
-        print()
-        for msg in failures.values():
-            print(f"failed: {msg}")
+    for msgs in failures.values():
+        for msg in msgs:
+            print(f"\nfailed: {msg}")
 
 
 def bench(a):
@@ -347,17 +358,19 @@ def bench(a):
     started, load0 = time.localtime(), loadavg()
     logroot = a.keep_logs or f"/tmp/kolo_elastic_recovery.{os.getpid()}"
     os.makedirs(logroot, exist_ok=True)
-    results, failures = [], {}
+    results, failures, given_up = [], {}, set()
     for n in a.sizes:
         for i in range(a.runs):
             for s in systems:
-                if (s.name, n) in failures:
+                if (s.name, n) in given_up:
                     continue
                 logdir = os.path.join(logroot, f"{s.name}.{n}.{i}")
                 try:
                     r = run_once(s, n, a, logdir)
                 except RunFailed as e:
-                    failures[(s.name, n)] = str(e)
+                    failures.setdefault((s.name, n), []).append(str(e))
+                    if not e.after_kill:  # it could not even start: no use trying again
+                        given_up.add((s.name, n))
                     print(f"run {i + 1}/{a.runs} failed: {e}", file=sys.stderr, flush=True)
                     continue
                 results.append(r)
@@ -370,7 +383,8 @@ def bench(a):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cpu": cpu_model(), "date": time.strftime("%Y-%m-%dT%H:%M:%S", started), "runs": results,
-                       "failures": {f"{k[0]} {k[1]}": v for k, v in failures.items()}}, f, indent=1)
+                       "failures": [{"system": k[0], "before": k[1], "why": m} for k, v in failures.items()
+                                    for m in v]}, f, indent=1)
     return 1 if failures else 0
 
 
