@@ -124,7 +124,9 @@ class Kolo:
             # hosts_updated polls: nothing is added in this benchmark).
             self.program = [os.path.join(bin_, "kolo_elastic_core_worker"), "1000000", str(a.kolo_sleep_ms), "0"]
         elif a.kolo_program == "fashion_mnist":
-            self.program = [os.path.join(bin_, "fashion_mnist"), "--elastic"]
+            # Enough epochs to outlast any run; --print-steps gives the per-step lines.
+            self.program = [os.path.join(bin_, "fashion_mnist"), "--elastic", "--print-steps",
+                            "--epochs", "100", "--no-progress"]
         else:
             self.program = shlex.split(a.kolo_program)
         self.program_name = os.path.basename(self.program[0])

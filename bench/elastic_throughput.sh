@@ -4,9 +4,9 @@
 # `--elastic --commit-every N` under kolorun's elastic driver against the same training
 # without elastic mode, nothing failing. Goal: elastic / plain >= 0.98.
 #
-#   plain     kolorun -np 2 fashion_mnist --epochs 1 --max-steps M ...
+#   plain     kolorun -np 2 fashion_mnist --epochs 1 --train-limit N ...
 #   elastic   kolorun --min-np 1 --max-np 2 -np 2 fashion_mnist --elastic --commit-every N
-#                 --epochs 1 --max-steps M ...
+#                 --epochs 1 --train-limit N ...
 #
 # images/s is fashion_mnist's own figure (its --summary-json's images_per_sec: images of the
 # training loop over all workers / the loop's wall time). The pairs run in ABBA order round
@@ -14,7 +14,7 @@
 # on both; prints each run, the medians and the median and range of the per-round ratios,
 # and PASS/MISS for the goal. A benchmark, not a test: it exits 0 unless something fails.
 #
-#   bench/elastic_throughput.sh [--max-steps 600] [--commit-every 100] [--repeat 3]
+#   bench/elastic_throughput.sh [--train-limit 30000] [--commit-every 100] [--repeat 3]
 #                               [--batch-size 64] [--build DIR]
 #
 # Builds nothing: expects kolorun and fashion_mnist in BUILD/bin (cd build && nice make
@@ -22,10 +22,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-max_steps=600 commit_every=100 repeat=3 batch=64 build=build
+limit=30000 commit_every=100 repeat=3 batch=64 build=build
 while [ $# -gt 0 ]; do
   case $1 in
-    --max-steps) max_steps=$2; shift 2 ;;
+    --train-limit) limit=$2; shift 2 ;;
     --commit-every) commit_every=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --batch-size) batch=$2; shift 2 ;;
@@ -45,7 +45,7 @@ if ! "$bin/fashion_mnist" --help 2>&1 | grep -q -- '--elastic'; then
 fi
 py=/usr/bin/python3
 data=/usr/share/datasets/fashion-mnist
-common=(--epochs 1 --max-steps "$max_steps" --batch-size "$batch" --data "$data" --no-progress)
+common=(--epochs 1 --train-limit "$limit" --batch-size "$batch" --data "$data" --no-progress)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
@@ -78,7 +78,7 @@ run() {
   echo "$ips images/s ($((SECONDS - t0)) s)" >&2
 }
 
-echo "elastic_throughput: 2 workers, $max_steps steps per worker, batch $batch, commit every" \
+echo "elastic_throughput: 2 workers, the first $limit training images (one epoch), batch $batch, commit every" \
   "$commit_every steps; $(date '+%Y-%m-%d %H:%M'); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)" >&2
 for r in $(seq 1 "$repeat"); do
   echo "round $r (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2

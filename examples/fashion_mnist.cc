@@ -44,6 +44,7 @@ struct Flags {
   std::int64_t commit_every = 100;
   std::string elastic_log;       // each worker appends what it trained on here (tests)
   std::int64_t train_limit = 0;  // train on the first N images only (0 = all)
+  bool print_steps = false;      // with --elastic: a line per step (bench/elastic_recovery)
 };
 
 using kolo_examples::Net;
@@ -445,6 +446,16 @@ int train_elastic(const Flags& flags) {
         optimizer.step();
         sampler.record_batch(batch.size(0));
         log.batch(state.commits(), epoch, batch);
+        if (flags.print_steps) {
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+          std::printf("gen %d rank %d size %d step %lld pid %d t_ms %lld\n",
+                      kolo::elastic::generation(), kolo::rank(), kolo::size(),
+                      static_cast<long long>(step), static_cast<int>(getpid()),
+                      static_cast<long long>(ms));
+          std::fflush(stdout);
+        }
         loss_sum += loss.item<double>();
         if (step + 1 <= common && (step + 1) % flags.commit_every == 0) {
           state.save();  // commit(), with the log between its two halves
@@ -531,6 +542,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000000));
   app.add_option("--elastic-log", flags.elastic_log,
                  "with --elastic: append each step's images and each commit to PATH.<worker id>");
+  app.add_flag("--print-steps", flags.print_steps,
+               "with --elastic: print 'gen G rank R size S step K pid P t_ms T' after every step "
+               "(bench/elastic_recovery.sh reads it)");
   app.add_option("--train-limit", flags.train_limit,
                  "train on the first N training images only (0 = all)")
       ->capture_default_str()
