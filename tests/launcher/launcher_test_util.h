@@ -1,5 +1,5 @@
 // Helpers of the tests of kolorun's own launcher (own_launcher_test.cc,
-// elastic_launcher_test.cc): text checks, whether a process runs, a scratch directory,
+// elastic_launcher_test.cc, ps_launcher_test.cc): text checks, whether a process runs, a scratch directory,
 // and the stand-in ssh that plays other hosts.
 //
 // Not for: starting kolorun (run_kolorun.h).
@@ -9,10 +9,13 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace kolo::launcher::testing {
 
@@ -33,6 +36,18 @@ inline bool alive(pid_t pid) {
   return (stat >> pid_field >> comm >> state) && state != "Z";
 }
 
+// Whether every one of `pids` is gone within `seconds` (polled every 20 ms).
+inline bool gone_within(const std::vector<pid_t>& pids, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    bool any = false;
+    for (pid_t p : pids) any = any || alive(p);
+    if (!any) return true;
+    ::usleep(20000);
+  }
+  return false;
+}
+
 // A temporary directory for one test, removed with everything in it.
 class ScratchDir {
  public:
@@ -47,6 +62,12 @@ class ScratchDir {
   void write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
     std::ofstream(path_ + "/" + name) << text;
     ::chmod((path_ + "/" + name).c_str(), mode);
+  }
+  std::string read(const std::string& name) const {
+    std::ifstream in(path_ + "/" + name);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
   }
 
  private:

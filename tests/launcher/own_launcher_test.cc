@@ -30,16 +30,6 @@ std::multiset<std::string> line_set(const std::string& text) {
   return {lines.begin(), lines.end()};
 }
 
-bool gone_within(const std::vector<pid_t>& pids, double seconds) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    bool any = false;
-    for (pid_t p : pids) any = any || alive(p);
-    if (!any) return true;
-    ::usleep(20000);
-  }
-  return false;
-}
 
 // A PATH with sh (and the tools the tests' scripts use) but no mpirun.
 std::string path_without_mpirun(const ScratchDir& dir) {

@@ -18,37 +18,11 @@
 #include <sstream>
 
 #include "core/tf_config.h"
+#include "launcher_test_util.h"
 #include "run_kolorun.h"
 
 namespace kolo::launcher::testing {
 namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string pid_field, comm, state;
-  return (stat >> pid_field >> comm >> state) && state != "Z";
-}
-
-bool gone_within(const std::vector<pid_t>& pids, double seconds) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    bool any = false;
-    for (pid_t p : pids) any = any || alive(p);
-    if (!any) return true;
-    ::usleep(20000);
-  }
-  return false;
-}
 
 // The pids printed as "[task] pid N" lines.
 std::vector<pid_t> pids_in(const std::string& out) {
@@ -59,31 +33,6 @@ std::vector<pid_t> pids_in(const std::string& out) {
   }
   return pids;
 }
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    char path[] = "/tmp/kolorun_ps_XXXXXX";
-    if (::mkdtemp(path) != nullptr) path_ = path;
-  }
-  ~ScratchDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
-    std::ofstream(path_ + "/" + name) << text;
-    ::chmod((path_ + "/" + name).c_str(), mode);
-  }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path_ + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  std::string path_;
-};
 
 // Each "[type:index] TF_CONFIG" line of `out`, by its prefix.
 std::map<std::string, core::TfConfig> tf_configs(const std::string& out) {
