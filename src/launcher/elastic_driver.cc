@@ -13,9 +13,11 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <set>
 
 #include "launcher/job.h"
 #include "launcher/lines.h"
+#include "launcher/mpirun_command.h"
 #include "launcher/process.h"
 #include "launcher/worker_process.h"
 
@@ -82,6 +84,8 @@ class Driver {
   void start(Worker* w, const std::vector<PlanMember>& plan, int rank);
   void give_up(const std::string& message, int status);
   void discover();
+  // The hosts workers may start on: every host, less (this_host_only) the other hosts.
+  std::vector<HostSlots> reachable_hosts() const;
   void poll_store();
   void on_user_signal(int sig);
   void stop_all();
@@ -94,6 +98,7 @@ class Driver {
   Console console_;
   Blacklist blacklist_;
   std::vector<HostSlots> hosts_;
+  std::set<std::string> unreachable_named_;  // the other hosts a warning named (this_host_only)
   StartContext start_;
   std::deque<Worker> workers_;  // every worker of the job, in start order (by id)
   std::vector<std::vector<PlanMember>> plans_;
@@ -274,8 +279,8 @@ void Driver::replan(const std::string& why, bool force) {
       if (alive(w)) request.living.push_back({w.id, w.plan.host});
     }
   }
-  request.hosts = hosts_;
-  request.blocked = blacklist_.blocked_of(hosts_, now);
+  request.hosts = reachable_hosts();
+  request.blocked = blacklist_.blocked_of(request.hosts, now);
   request.min_np = o_.min_np;
   request.max_np = o_.max_np > 0 ? o_.max_np : (plans_.empty() ? o_.start_np : 0);
   request.next_id = static_cast<int>(workers_.size());
@@ -398,7 +403,29 @@ void Driver::discover() {
   if (hosts.empty()) text += " none";
   say(text);
   hosts_ = std::move(hosts);
+  if (o_.this_host_only) {
+    for (const auto& h : hosts_) {
+      if (is_this_host(h.host, o_.inputs.this_host_names) ||
+          !unreachable_named_.insert(h.host).second) {
+        continue;
+      }
+      say("warning: host " + h.host +
+          " (from the discovery script) is not this host, but this job's store and workers "
+          "listen on 127.0.0.1 only (its first hosts were all this host under a loopback "
+          "name): no worker starts there. To let other hosts join, name this host by an "
+          "address they reach in the script's first hosts, or give --rendezvous-addr");
+    }
+  }
   replan("the hosts changed");
+}
+
+std::vector<HostSlots> Driver::reachable_hosts() const {
+  if (!o_.this_host_only) return hosts_;
+  std::vector<HostSlots> here;
+  for (const auto& h : hosts_) {
+    if (is_this_host(h.host, o_.inputs.this_host_names)) here.push_back(h);
+  }
+  return here;
 }
 
 void Driver::poll_store() {

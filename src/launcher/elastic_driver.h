@@ -47,6 +47,11 @@ struct ElasticOptions {
   std::vector<HostSlots> hosts;
   std::string discovery_script;  // "": the hosts are fixed
   int default_slots = 1;         // --slots
+  // The job's store and its workers listen on 127.0.0.1 only (kolorun's choice when every
+  // first host is this host under a loopback name and there is no --rendezvous-addr): a
+  // host the script adds that is not this host could reach neither, so it gets no workers
+  // and a warning says to give --rendezvous-addr.
+  bool this_host_only = false;
   double discovery_interval_s = 1;
   double elastic_timeout_s = 600;
   int reset_limit = -1;  // -1: none

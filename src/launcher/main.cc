@@ -265,11 +265,18 @@ void print_dry_run(const std::vector<launcher::WorkerPlan>& workers) {
 int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own,
             launcher::ElasticOptions* elastic = nullptr) {
   const auto names = this_host_names();
-  // An elastic job whose script may add other hosts listens beyond this host when told
-  // where the workers reach it (--rendezvous-addr).
-  const bool one_host =
-      launcher::runs_on_this_host_only(request, names) &&
-      !(elastic && !elastic->discovery_script.empty() && !own.rendezvous_addr.empty());
+  // An elastic job whose script may add other hosts listens beyond this host when it
+  // knows where they reach it: --rendezvous-addr, or a first host that is one of this
+  // host's own addresses (the script's "10.0.0.1:4"; not a host name, which may resolve
+  // to 127.0.1.1). Else the job stays on this host and the driver warns about others.
+  const bool may_grow = elastic && !elastic->discovery_script.empty();
+  std::optional<std::string> own_address;
+  if (may_grow && own.rendezvous_addr.empty()) {
+    own_address = launcher::this_host_address(request.hosts, names);
+  }
+  const bool one_host = launcher::runs_on_this_host_only(request, names) &&
+                        !(may_grow && (!own.rendezvous_addr.empty() || own_address));
+  if (elastic != nullptr) elastic->this_host_only = one_host;
   launcher::PlanInputs in;
   in.env = kolo::core::process_env();
   in.this_host_names = names;
@@ -291,7 +298,9 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own,
   if (!own.ssh_config.empty()) in.ssh_options.insert(in.ssh_options.end(), {"-F", own.ssh_config});
   std::string host = "127.0.0.1";
   if (!one_host) {
-    if (auto chosen = launcher::rendezvous_host(request.hosts, names, own.rendezvous_addr)) {
+    if (own_address) {
+      host = *own_address;
+    } else if (auto chosen = launcher::rendezvous_host(request.hosts, names, own.rendezvous_addr)) {
       host = *chosen;
     } else {
       const std::string remote = launcher::first_remote_host(request.hosts, names);

@@ -1,6 +1,8 @@
 // Worker commands and environments for kolorun's own launcher (see worker_plan.h).
 #include "launcher/worker_plan.h"
 
+#include <arpa/inet.h>
+
 #include "launcher/events.h"
 #include "launcher/layout.h"
 #include "launcher/shim.h"
@@ -114,6 +116,20 @@ std::optional<std::string> rendezvous_host(const std::vector<HostSlots>& hosts,
   if (!override_addr.empty()) return override_addr;
   for (const auto& h : hosts) {
     if (h.host != "localhost" && h.host.rfind("127.", 0) != 0 &&
+        is_this_host(h.host, this_host_names)) {
+      return h.host;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> this_host_address(const std::vector<HostSlots>& hosts,
+                                             const std::vector<std::string>& this_host_names) {
+  for (const auto& h : hosts) {
+    unsigned char addr[sizeof(struct in6_addr)];
+    const bool numeric = ::inet_pton(AF_INET, h.host.c_str(), addr) == 1 ||
+                         ::inet_pton(AF_INET6, h.host.c_str(), addr) == 1;
+    if (numeric && h.host.rfind("127.", 0) != 0 && h.host != "::1" &&
         is_this_host(h.host, this_host_names)) {
       return h.host;
     }

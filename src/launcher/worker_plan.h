@@ -100,6 +100,13 @@ bool parse_secret_line(const std::string& line, std::string* name, std::string* 
 std::optional<std::string> rendezvous_host(const std::vector<HostSlots>& hosts,
                                            const std::vector<std::string>& this_host_names,
                                            const std::string& override_addr);
+// The first host of the list that is one of this host's own network addresses, numeric
+// and not loopback (127.*, ::1): for an elastic job whose discovery script may add hosts,
+// the address they reach this host at. nullopt where the list names this host only as
+// localhost, 127.* or a host name (which may resolve to a loopback address, as Debian's
+// /etc/hosts does): such a job stays on this host unless --rendezvous-addr says otherwise.
+std::optional<std::string> this_host_address(const std::vector<HostSlots>& hosts,
+                                             const std::vector<std::string>& this_host_names);
 // The first host of the list that is not this one ("" if none).
 std::string first_remote_host(const std::vector<HostSlots>& hosts,
                               const std::vector<std::string>& this_host_names);

@@ -141,6 +141,15 @@ TEST(WorkerPlan, TheStoreAddressForSeveralHosts) {
   EXPECT_EQ(rendezvous_host({{"b", 1}, {"me", 1}}, names, "10.0.0.5"), "10.0.0.5");
   EXPECT_EQ(rendezvous_host({{"localhost", 1}, {"b", 1}}, names, ""), std::nullopt);
   EXPECT_EQ(first_remote_host({{"localhost", 1}, {"127.0.0.2", 1}, {"b", 1}}, names), "b");
+  // Only a numeric address of this host, not loopback, says where other hosts reach it.
+  const std::vector<std::string> with_addrs = {"me", "127.0.0.1", "10.77.0.1", "::1", "fe80::5"};
+  EXPECT_EQ(this_host_address({{"localhost", 2}, {"me", 1}, {"10.77.0.1", 2}}, with_addrs),
+            "10.77.0.1");
+  EXPECT_EQ(this_host_address({{"fe80::5", 1}}, with_addrs), "fe80::5");
+  EXPECT_EQ(
+      this_host_address({{"localhost", 2}, {"127.0.0.1", 1}, {"::1", 1}, {"me", 1}}, with_addrs),
+      std::nullopt);
+  EXPECT_EQ(this_host_address({{"10.77.0.2", 1}}, with_addrs), std::nullopt) << "another host";
   EXPECT_EQ(host_port("10.0.0.5", 80), "10.0.0.5:80");
   EXPECT_EQ(host_port("fe80::1", 80), "[fe80::1]:80");
 }

@@ -7,7 +7,9 @@
 // own_launcher_test.cc plays a remote one.
 //
 // Each test bounds its run time (KolorunProcess kills kolorun past its limit).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
 #include <signal.h>
 
 #include <chrono>
@@ -107,6 +109,31 @@ TEST(ElasticLauncher, AHostAddedByTheDiscoveryScriptGetsANewWorker) {
                        "generation 1 (the hosts changed): 3 workers: id 0 on localhost, "
                        "id 1 on localhost, id 2 on 127.0.0.1"))
       << r.err;
+}
+
+// The script's first hosts are all this host under loopback names: the store and the
+// workers listen on 127.0.0.1, so another host it adds later could reach neither. It gets
+// no worker (the stand-in ssh would start one that works, being this host) and a warning.
+TEST(ElasticLauncher, AnotherHostAddedToAJobOnLoopbackGetsNoWorkerAndAWarning) {
+  ScratchDir dir;
+  dir.write("hosts", "localhost:2\n");
+  auto env = fake_ssh_env(dir);
+  KolorunProcess p(elastic(dir, {"--min-np", "2", "--max-np", "3", "--discovery-interval", "0.2",
+                                 "--host-discovery-script", "cat " + dir.path() + "/hosts"}),
+                   env);
+  ASSERT_TRUE(p.wait_for_lines(gen_text(0), 2, 20)) << p.out();
+  dir.write("hosts", "localhost:2\nhostb:1\n");
+  EXPECT_FALSE(p.wait_for_lines(gen_text(1), 1, 2)) << p.out();
+  touch(dir, "exit0.all");
+  RunResult r = p.wait(20);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(count(r.err,
+                  "kolorun: warning: host hostb (from the discovery script) is not this host, but "
+                  "this job's store and workers listen on 127.0.0.1 only"),
+            1)
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "give --rendezvous-addr")) << r.err;
+  EXPECT_FALSE(contains(r.err, "generation 1")) << r.err;
 }
 
 TEST(ElasticLauncher, AHostRemovedByTheDiscoveryScriptLosesItsWorkerWithoutAFailure) {
@@ -329,6 +356,39 @@ TEST(ElasticLauncher, ClearErrorsOnTheCommandLine) {
                        "--reset-limit belongs to an elastic job"));
   EXPECT_TRUE(contains(err_of({"--min-np", "3", "-H", "localhost:2", "true"}),
                        "--min-np 3 is more than the 2 slots of localhost:2"));
+}
+
+// Where the workers reach the store with a discovery script: 127.0.0.1 while its first
+// hosts name this host by loopback names or its host name, this host's own address where
+// one of them is that address (other hosts it adds can then reach it).
+TEST(ElasticLauncher, ADiscoveryScriptNamingThisHostsAddressListensBeyondThisHost) {
+  auto addr_of = [](const std::string& script_prints) {
+    RunResult r = run_kolorun({"--dry-run", "--min-np", "1", "--host-discovery-script",
+                               "echo " + script_prints, "./train"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    const size_t at = r.out.find("KOLO_RENDEZVOUS_ADDR=");
+    return at == std::string::npos ? r.out : r.out.substr(at, r.out.find(' ', at) - at);
+  };
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  EXPECT_EQ(addr_of("localhost:2"), "KOLO_RENDEZVOUS_ADDR=127.0.0.1:PORT");
+  EXPECT_EQ(addr_of(std::string(name) + ":2"), "KOLO_RENDEZVOUS_ADDR=127.0.0.1:PORT")
+      << "a host name may resolve to a loopback address";
+  std::string own;  // an IPv4 address of this host's interfaces, not loopback
+  ifaddrs* list = nullptr;
+  ASSERT_EQ(::getifaddrs(&list), 0);
+  for (const ifaddrs* i = list; i != nullptr && own.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) &&
+        std::string(text).rfind("127.", 0)) {
+      own = text;
+    }
+  }
+  ::freeifaddrs(list);
+  if (own.empty()) GTEST_SKIP() << "this host has no IPv4 address but loopback";
+  EXPECT_EQ(addr_of(own + ":2"), "KOLO_RENDEZVOUS_ADDR=" + own + ":PORT");
 }
 
 TEST(ElasticLauncher, DryRunShowsTheFirstPlan) {
