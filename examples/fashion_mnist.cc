@@ -477,9 +477,10 @@ int train_elastic(const Flags& flags) {
       state.save();
       log.commit(state.commits());
       if (kolo::rank() == 0) {
-        std::printf("epoch %lld/%d workers %d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n",
-                    static_cast<long long>(epoch + 1), flags.epochs, kolo::size(), mean_loss,
-                    accuracy, images_per_sec);
+        std::printf(
+            "epoch %lld/%d workers %d train_loss %.4f test_accuracy %.4f images_per_sec %.0f\n",
+            static_cast<long long>(epoch + 1), flags.epochs, kolo::size(), mean_loss, accuracy,
+            images_per_sec);
         std::fflush(stdout);
       }
       state.check_host_updates();
@@ -493,12 +494,10 @@ int train_elastic(const Flags& flags) {
   if (kolo::rank() == 0 && !flags.summary_json.empty()) {
     double parameter_sum = 0;
     for (const auto& p : model->parameters()) parameter_sum += p.abs().sum().item<double>();
-    const nlohmann::json summary = {{"world_size", kolo::size()},
-                                    {"parameter_sum", parameter_sum},
-                                    {"epochs", flags.epochs},
-                                    {"test_accuracy", accuracy},
-                                    {"train_loss", mean_loss},
-                                    {"images_per_sec", images_per_sec}};
+    const nlohmann::json summary = {
+        {"world_size", kolo::size()}, {"parameter_sum", parameter_sum},
+        {"epochs", flags.epochs},     {"test_accuracy", accuracy},
+        {"train_loss", mean_loss},    {"images_per_sec", images_per_sec}};
     write_atomically(flags.summary_json, [&](const std::string& tmp) {
       std::ofstream(tmp) << summary.dump(2) << "\n";
     });

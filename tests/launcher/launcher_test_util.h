@@ -1,6 +1,6 @@
 // Helpers of the tests of kolorun's own launcher (own_launcher_test.cc,
-// elastic_launcher_test.cc, ps_launcher_test.cc): text checks, whether a process runs, a scratch directory,
-// and the stand-in ssh that plays other hosts.
+// elastic_launcher_test.cc, ps_launcher_test.cc): text checks, whether a process runs, a scratch
+// directory, and the stand-in ssh that plays other hosts.
 //
 // Not for: starting kolorun (run_kolorun.h).
 #pragma once

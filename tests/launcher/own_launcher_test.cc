@@ -30,7 +30,6 @@ std::multiset<std::string> line_set(const std::string& text) {
   return {lines.begin(), lines.end()};
 }
 
-
 // A PATH with sh (and the tools the tests' scripts use) but no mpirun.
 std::string path_without_mpirun(const ScratchDir& dir) {
   const std::string bin = dir.path() + "/bin";
