@@ -315,7 +315,12 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
       p.unpack_end = times.unpack_end;
       timeline_.record(r.name, op_name(r.op), allreduce_bytes(r), p);
     }
-    const Status& mine = s.ok() ? item_status[k] : s;
+    Status mine = s.ok() ? item_status[k] : s;
+    // In an elastic job the operation that a departed worker broke fails as the later
+    // ones do (stop()), so that kolo::elastic::run sees kolo::WorkersChanged for it too.
+    if (config_.elastic && mine.code() == ErrorCode::kPeerFailure) {
+      mine = workers_changed(mine.message());
+    }
     entry->handle->complete(mine.code(), mine.message());
   }
   return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
@@ -548,7 +553,9 @@ Status Runtime::apply_set_change(Loop& loop, const Response& r) {
   }
   if (entry) {
     entry->handle->process_set_id = id;
-    entry->handle->complete(s.code(), s.message());
+    const Status mine =
+        config_.elastic && s.code() == ErrorCode::kPeerFailure ? workers_changed(s.message()) : s;
+    entry->handle->complete(mine.code(), mine.message());
   }
   return s.code() == ErrorCode::kPeerFailure ? s : Status::OK();
 }
