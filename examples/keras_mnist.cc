@@ -48,7 +48,7 @@ struct Flags {
   double learning_rate = 0.001;
   int warmup_epochs = 0;
   std::uint64_t seed = 42;
-  int threads = 0;  // 0: libtorch's default (the strategy shares cores among replicas)
+  int threads = 0;       // 0: libtorch's default (the strategy shares cores among replicas)
   bool elastic = false;  // FitOptions::elastic (multiworker or horovod, kolorun --min-np)
   std::int64_t commit_every = 100;
 };
