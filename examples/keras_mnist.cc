@@ -16,6 +16,8 @@
 //   (and index 1 in a second shell)
 //   build/bin/kolorun -np 2 build/bin/keras_mnist --strategy horovod
 //   build/bin/kolorun --ps 2 -np 2 build/bin/keras_mnist --strategy parameter_server
+//   build/bin/kolorun --min-np 1 --max-np 3 build/bin/keras_mnist --strategy multiworker --elastic
+//   (elastic: workers may fail or join while fit goes on; docs/elastic.md)
 // --batch-size is GLOBAL (over every replica of every worker), as in Keras.
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -46,7 +48,9 @@ struct Flags {
   double learning_rate = 0.001;
   int warmup_epochs = 0;
   std::uint64_t seed = 42;
-  int threads = 0;  // 0: libtorch's default (the strategy shares cores among replicas)
+  int threads = 0;       // 0: libtorch's default (the strategy shares cores among replicas)
+  bool elastic = false;  // FitOptions::elastic (multiworker or horovod, kolorun --min-np)
+  std::int64_t commit_every = 100;
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -105,6 +109,7 @@ int run(const Flags& f) {
   // as many as make one pass over the data.
   if (ps && fit.steps_per_epoch <= 0) fit.steps_per_epoch = train.size() / f.batch_size;
   fit.callbacks.push_back(throughput);
+  fit.elastic = {.enabled = f.elastic, .commit_every = f.commit_every};
   if (!f.backup_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<kt::BackupAndRestore>(
         kt::BackupAndRestoreOptions{.backup_dir = f.backup_dir}));
@@ -137,6 +142,10 @@ int run(const Flags& f) {
   }
   kt::History history = model.fit(train, fit);
   if (ps && !strategy.is_chief()) return 0;  // a worker or ps task: the chief ended the job
+  if (!kolo::is_initialized() && f.elastic) {
+    std::printf("this worker left the elastic job\n");  // kolorun removed it
+    return 0;
+  }
   const kt::Logs result = model.evaluate(test, {.batch_size = 1000, .verbose = 0});
   const double accuracy = result.get("accuracy").value_or(0);
   if (strategy.is_chief()) {
@@ -212,6 +221,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "initial weights and shuffle")->capture_default_str();
   app.add_option("--threads", f.threads, "torch intra-op threads (0: default)")
       ->capture_default_str();
+  app.add_flag("--elastic", f.elastic,
+               "elastic fit (multiworker or horovod under kolorun --min-np MIN --max-np MAX): "
+               "workers may leave and join; see docs/elastic.md");
+  app.add_option("--commit-every", f.commit_every, "with --elastic: commit every N batches")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

@@ -316,7 +316,8 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
       p.unpack_end = times.unpack_end;
       timeline_.record(r.name, op_name(r.op), allreduce_bytes(r), p);
     }
-    const Status& mine = s.ok() ? item_status[k] : s;
+    // (s is in its elastic form already; an item's own error too.)
+    const Status mine = s.ok() ? elastic_view(item_status[k]) : s;
     entry->handle->complete(mine.code(), mine.message());
   }
   return ends_runtime(s) ? s : Status::OK();

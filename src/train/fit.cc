@@ -14,7 +14,11 @@
 //   5. the metric states are summed over replicas and workers (one small allreduce), so
 //      every worker logs the same exact values.
 //
-// Not for: replicas and the TrainingHost side (model.cc), batching (data.cc).
+// The epoch loop (FitLoop::run, fit_loop.h) goes on from a position (epoch, batch, the
+// epoch's metric sums) and has the commit points that elastic fit (elastic_fit.cc) uses.
+//
+// Not for: replicas and the TrainingHost side (model.cc), batching (data.cc), the elastic
+// state (elastic_fit.cc).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,7 +26,9 @@
 #include "common/logging.h"
 #include "kolo/error.h"
 #include "kolo/kolo.h"
+#include "kolo/train/callbacks.h"
 #include "kolo/train/progbar.h"
+#include "train/fit_loop.h"
 #include "train/model_impl.h"
 #include "train/strategy_impl.h"
 
@@ -272,11 +278,119 @@ History Model::fit(const torch::Tensor& x, const torch::Tensor& y, FitOptions op
   return fit(Dataset::from_tensors(x, y), std::move(options));
 }
 
+namespace {
+
+// What elastic fit needs that plain fit does not check (fit_elastic's preconditions), and
+// plain fit's refusal inside an elastic job.
+void check_elastic(const Strategy::Impl& s, const Dataset& data, const FitOptions& o) {
+  if (!o.elastic.enabled) {
+    if (elastic_job(s)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "Model::fit: this process is a worker of an elastic job (kolorun "
+                  "--min-np/--max-np), where workers come and go and a new one joins while the "
+                  "others train: pass FitOptions{.elastic = {.enabled = true}} (fit then "
+                  "commits its state and carries on across the changes), or launch with "
+                  "kolorun -np N for a fixed set of workers");
+    }
+    return;
+  }
+  if (!s.runtime) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Model::fit: FitOptions::elastic needs a strategy over kolo's runtime "
+                "(HorovodStrategy or MultiWorkerMirroredStrategy); the '" +
+                    s.name + "' strategy trains in this process alone");
+  }
+  if (o.elastic.commit_every < 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Model::fit: FitOptions::elastic.commit_every must be >= 1 (batches between "
+                "commits), not " +
+                    std::to_string(o.elastic.commit_every));
+  }
+  const AutoShardPolicy policy = data.auto_shard_policy();
+  if (data.file_based() || policy == AutoShardPolicy::kOff || policy == AutoShardPolicy::kFile) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Model::fit: an elastic fit splits each global batch over the workers there "
+                "are, so every worker must hold all the training data: pass tensors (or a "
+                "Dataset of them) with AutoShardPolicy kAuto or kData, not a dataset of files "
+                "or kOff/kFile");
+  }
+  for (const auto& c : o.callbacks) {
+    const char* refused = dynamic_cast<BackupAndRestore*>(c.get()) ? "BackupAndRestore"
+                          : dynamic_cast<BroadcastGlobalVariables*>(c.get())
+                              ? "BroadcastGlobalVariables"
+                              : nullptr;
+    if (refused) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("Model::fit: ") + refused +
+                      " cannot run in an elastic fit: a worker that joins later would run its "
+                      "collectives alone; the elastic state does its work (commits in memory, "
+                      "and the chief's state synced to every worker); remove the callback");
+    }
+  }
+}
+
+}  // namespace
+
+void FitLoop::run(FitPosition& at) {
+  const auto zeros = [&] {
+    return std::vector<double>(static_cast<std::size_t>(m.state_size), 0.0);
+  };
+  if (at.totals.size() != static_cast<std::size_t>(m.state_size)) at.totals = zeros();
+  while (at.epoch < o.epochs && !m.stop) {
+    const int epoch = at.epoch;
+    if (begun != epoch) {
+      Logs none;
+      callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, none); });
+      begun = epoch;
+    }
+    set_training(m, true);
+    // The plan of the workers there are now: its batch s holds the same examples for any
+    // number of workers (only their split over the replicas differs), so an epoch goes on
+    // at batch at.step after a change of workers without repeating or skipping any.
+    const EpochPlan p = plan(m, in, o.batch_size, o.shuffle, o.seed, epoch, o.steps_per_epoch);
+    while (at.step < p.steps) {
+      const std::int64_t s = at.step;
+      Logs batch_begin;
+      callbacks.each(
+          [&](Callback& c) { c.on_train_batch_begin(static_cast<int>(s), batch_begin); });
+      const auto st = detail::train_step(m, in.local, p.pieces[static_cast<std::size_t>(s)]);
+      for (std::size_t i = 0; i < at.totals.size(); ++i) at.totals[i] += st[i];
+      at.step = s + 1;
+      Logs logs = m.logs_of(at.totals);
+      callbacks.each([&](Callback& c) { c.on_train_batch_end(static_cast<int>(s), logs); });
+      if (m.stop) break;
+      if (commit && at.step < p.steps && at.step % o.elastic.commit_every == 0) {
+        commit(CommitPoint::kBatches);
+      }
+    }
+    if (commit) commit(CommitPoint::kEpochBatches);
+    epoch_logs = m.logs_of(at.totals);
+    if (validation && validate_at(o, epoch)) {
+      // The same callbacks see the test hooks (Keras).
+      Logs val =
+          run_evaluate(m, *validation, validation_batch, o.validation_steps, callbacks, "val_");
+      for (const auto& [k, v] : val) epoch_logs.set(k, v);
+    }
+    callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, epoch_logs); });
+    at = FitPosition{epoch + 1, 0, zeros()};
+    if (commit) commit(CommitPoint::kEpochEnd);
+  }
+}
+
 History Model::fit(const Dataset& data_in, FitOptions o) {
   Impl& m = *impl_;
   require_compiled(m, "fit");
   require_labels(data_in, "fit");
-  if (auto ps = m.strategy.impl_->ps) return fit_with_parameter_servers(*this, m, *ps, data_in, o);
+  if (auto ps = m.strategy.impl_->ps) {
+    if (o.elastic.enabled) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "Model::fit: ParameterServerStrategy is not elastic: it has its own recovery "
+                  "(kolorun --max-restarts restarts a failed worker; docs/ps.md); "
+                  "FitOptions::elastic is for HorovodStrategy and MultiWorkerMirroredStrategy");
+    }
+    return fit_with_parameter_servers(*this, m, *ps, data_in, o);
+  }
+  check_elastic(*m.strategy.impl_, data_in, o);
   if (o.epochs < 0 || o.initial_epoch < 0) {
     throw Error(ErrorCode::kInvalidArgument, "fit: epochs and initial_epoch must be >= 0");
   }
@@ -300,57 +414,41 @@ History Model::fit(const Dataset& data_in, FitOptions o) {
     train = data_in.slice(0, split_at);
   }
   if (validation) require_labels(*validation, "fit (validation_data)");
-  const std::int64_t val_batch =
-      o.validation_batch_size > 0 ? o.validation_batch_size : o.batch_size;
 
-  Input in = prepare(m, train, o.batch_size, o.steps_per_epoch);
-  m.resolve_metrics(in.local.x(), in.local.y());
-  const std::int64_t steps = plan(m, in, o.batch_size, false, 0, 0, o.steps_per_epoch).steps;
+  FitLoop loop(m, o, prepare(m, train, o.batch_size, o.steps_per_epoch));
+  loop.validation = std::move(validation);
+  loop.validation_batch = o.validation_batch_size > 0 ? o.validation_batch_size : o.batch_size;
+  m.resolve_metrics(loop.in.local.x(), loop.in.local.y());
+  const std::int64_t steps = plan(m, loop.in, o.batch_size, false, 0, 0, o.steps_per_epoch).steps;
 
-  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, m.strategy.horovod(), true);
+  loop.callbacks = make_callbacks(o.callbacks, o.verbose, m.strategy.horovod(), true);
   TrainParams params;
   params.epochs = o.epochs;
   params.initial_epoch = o.initial_epoch;
   params.steps = steps;
   params.verbose = o.verbose;
   params.metrics = metrics_names();
-  if (validation) {
+  if (loop.validation) {
     for (const auto& n : metrics_names()) params.metrics.push_back("val_" + n);
   }
-  callbacks.init(this, params);
+  loop.callbacks.init(this, params);
 
   m.stop = false;
   m.resume_epoch = -1;
   Logs begin;
-  callbacks.each([&](Callback& c) { c.on_train_begin(begin); });
-  const int first = m.resume_epoch >= 0 ? m.resume_epoch : o.initial_epoch;
-  Logs epoch_logs;
-  for (int epoch = first; epoch < o.epochs && !m.stop; ++epoch) {
-    Logs none;
-    callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, none); });
-    set_training(m, true);
-    const EpochPlan p = plan(m, in, o.batch_size, o.shuffle, o.seed, epoch, o.steps_per_epoch);
-    std::vector<double> total(static_cast<std::size_t>(m.state_size), 0.0);
-    for (std::int64_t s = 0; s < p.steps; ++s) {
-      Logs batch_begin;
-      callbacks.each(
-          [&](Callback& c) { c.on_train_batch_begin(static_cast<int>(s), batch_begin); });
-      const auto st = detail::train_step(m, in.local, p.pieces[static_cast<std::size_t>(s)]);
-      for (std::size_t i = 0; i < total.size(); ++i) total[i] += st[i];
-      Logs logs = m.logs_of(total);
-      callbacks.each([&](Callback& c) { c.on_train_batch_end(static_cast<int>(s), logs); });
-      if (m.stop) break;
+  loop.callbacks.each([&](Callback& c) { c.on_train_begin(begin); });
+  FitPosition at;
+  at.epoch = m.resume_epoch >= 0 ? m.resume_epoch : o.initial_epoch;
+  if (o.elastic.enabled) {
+    if (!fit_elastic(loop, at)) {
+      KOLO_LOG(kInfo, "train") << "fit: kolorun removed this worker from the elastic job at epoch "
+                               << at.epoch + 1 << "; kolo is shut down";
     }
-    epoch_logs = m.logs_of(total);
-    if (validation && validate_at(o, epoch)) {
-      // The same callbacks see the test hooks (Keras).
-      Logs val = run_evaluate(m, *validation, val_batch, o.validation_steps, callbacks, "val_");
-      for (const auto& [k, v] : val) epoch_logs.set(k, v);
-    }
-    callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, epoch_logs); });
+  } else {
+    loop.run(at);
   }
-  callbacks.each([&](Callback& c) { c.on_train_end(epoch_logs); });
-  return *callbacks.history;
+  loop.callbacks.each([&](Callback& c) { c.on_train_end(loop.epoch_logs); });
+  return *loop.callbacks.history;
 }
 
 // --- evaluate and predict --------------------------------------------------------------------

@@ -62,7 +62,10 @@ Model::Model(std::shared_ptr<torch::nn::Module> module, Forward forward, Strateg
     m.params.push_back(r->parameters(true));
     m.buffers.push_back(r->buffers(true));
   }
-  if (m.workers() > 1) {
+  // An elastic job's worker may be one that joins while the others train: its first
+  // collective must be elastic fit's sync (which gives it the chief's weights), so the
+  // weights are not broadcast here.
+  if (m.workers() > 1 && !elastic_job(*m.strategy.impl_)) {
     // TensorFlow broadcasts each variable's initial value from the chief.
     broadcast_parameters(named(m.param_names, m.params[0]), 0);
     broadcast_parameters(named(m.buffer_names, m.buffers[0]), 0);
@@ -94,7 +97,8 @@ void Model::compile(const OptimizerSpec& optimizer, const LossSpec& loss,
   if (m.strategy.horovod() && m.local() != 1) {
     throw Error(ErrorCode::kInvalidArgument, "HorovodStrategy runs one replica per process");
   }
-  if (m.workers() > 1 && m.local() == 1) {
+  // In an elastic job the workers may grow from one: the optimizer then reduces already.
+  if ((m.workers() > 1 || elastic_job(*m.strategy.impl_)) && m.local() == 1) {
     DistributedOptimizerOptions o;
     o.op = m.strategy.horovod() ? ReduceOp::kAverage : ReduceOp::kSum;
     o.broadcast_buffers = false;

@@ -177,13 +177,17 @@ Strategy::~Strategy() = default;
 const std::string& Strategy::name() const { return impl_->name; }
 const std::vector<torch::Device>& Strategy::devices() const { return impl_->devices; }
 int Strategy::num_local_replicas() const { return static_cast<int>(impl_->devices.size()); }
-int Strategy::num_workers() const { return impl_->workers; }
-int Strategy::worker_index() const { return impl_->worker; }
-int Strategy::num_replicas_in_sync() const { return num_local_replicas() * impl_->workers; }
+int Strategy::num_workers() const {
+  return impl_->runtime && kolo::is_initialized() ? kolo::size() : impl_->workers;
+}
+int Strategy::worker_index() const {
+  return impl_->runtime && kolo::is_initialized() ? kolo::rank() : impl_->worker;
+}
+int Strategy::num_replicas_in_sync() const { return num_local_replicas() * num_workers(); }
 bool Strategy::is_chief() const {
   // A parameter-server job's chief is its coordinator task (TensorFlow's "chief" job).
   if (impl_->ps) return impl_->ps->is_chief();
-  return impl_->worker == 0;
+  return worker_index() == 0;
 }
 const CommunicationOptions& Strategy::communication_options() const { return impl_->options; }
 bool Strategy::horovod() const { return impl_->horovod; }
@@ -362,6 +366,7 @@ std::shared_ptr<Strategy::Impl> multi_worker_impl(const CommunicationOptions& op
     devs = default_devices();
   }
   auto impl = make_impl("multi_worker_mirrored", std::move(devs), kolo::size(), kolo::rank());
+  impl->runtime = true;
   impl->options = options;
   return impl;
 }
@@ -369,6 +374,7 @@ std::shared_ptr<Strategy::Impl> multi_worker_impl(const CommunicationOptions& op
 std::shared_ptr<Strategy::Impl> horovod_impl() {
   kolo::init();
   auto impl = make_impl("horovod", {kolo::device()}, kolo::size(), kolo::rank());
+  impl->runtime = true;
   impl->horovod = true;
   return impl;
 }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kolo/kolo.h"
 #include "kolo/train/parameter_server.h"
 #include "kolo/train/strategy.h"
 
@@ -62,12 +63,22 @@ WorkerInput load_worker_input(const Strategy& strategy, const Dataset& data,
 struct Strategy::Impl {
   std::string name;
   std::vector<torch::Device> devices;
+  // The workers and this one's index, as at construction. With `runtime` (the strategies
+  // over kolo's runtime: MultiWorkerMirroredStrategy, HorovodStrategy) Strategy's accessors
+  // read kolo::size()/rank() instead while kolo runs, as an elastic job renumbers the
+  // workers at each change (these then only answer when kolo is down).
   int workers = 1, worker = 0;
+  bool runtime = false;
   bool horovod = false;
   CommunicationOptions options;
   std::unique_ptr<ReplicaPool> pool;
   // ParameterServerStrategy's state (null for the other strategies).
   std::shared_ptr<ParameterServerStrategy::PsImpl> ps;
 };
+
+// Whether this process is a worker of an elastic job (kolorun --min-np/--max-np) with a
+// strategy over kolo's runtime: workers may join mid-training, so nothing collective may
+// run before elastic fit's sync (model.cc), and plain fit is refused (fit.cc).
+inline bool elastic_job(const Strategy::Impl& s) { return s.runtime && kolo::elastic::enabled(); }
 
 }  // namespace kolo::train

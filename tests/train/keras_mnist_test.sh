@@ -6,7 +6,8 @@
 # BackupAndRestore: a worker killed (-9) during epoch 3 of 5, the job relaunched, resumes
 # at epoch 3 and ends within 1% test accuracy of an uninterrupted run.
 # Parameter servers: 2 workers and 2 ps tasks, a worker killed and restarted mid-training.
-# Usage: keras_mnist_test.sh one|mirrored|multiworker|backup|ps KOLORUN KERAS_MNIST
+# Elastic: 3 workers under kolorun --min-np 1, one killed mid-epoch, fit finishes on the two.
+# Usage: keras_mnist_test.sh one|mirrored|multiworker|backup|elastic|ps KOLORUN KERAS_MNIST
 set -uo pipefail
 mode=$1 kolorun=$2 program=$3
 work=$(mktemp -d)
@@ -96,6 +97,38 @@ backup)
   within "$a" "$b" 0.01 && echo "resumed: accuracy $a, uninterrupted $b" ||
     fail "resumed accuracy $a is not within 0.01 of the uninterrupted $b"
   [ -e "$work/backup/backup.ckpt" ] && fail "the backup was not removed at the end"
+  ;;
+elastic)
+  # Elastic fit: 3 workers under kolorun --min-np 1, worker id 1 killed (-9) in epoch 3;
+  # the survivors finish every epoch (each begun once), within 1% test accuracy of an
+  # uninterrupted 3-worker run.
+  args=(--strategy multiworker --steps-per-epoch 600 --verbose 2)
+  timeout 300 "$kolorun" -np 3 "$program" "${args[@]}" --summary-json "$work/whole.json" \
+    > "$work/whole.log" 2>&1 || { cat "$work/whole.log"; fail "uninterrupted run"; }
+  timeout 300 "$kolorun" -np 3 --min-np 1 --max-np 3 "$program" "${args[@]}" --elastic \
+    --summary-json "$work/elastic.json" > "$work/elastic.log" 2>&1 &
+  job=$!
+  pids+=($job)
+  for _ in $(seq 1200); do grep -q 'Epoch 3/5' "$work/elastic.log" && break; sleep 0.05; done
+  victim=""
+  for d in /proc/[0-9]*; do
+    tr '\0' ' ' < "$d/cmdline" 2> /dev/null | grep -q "keras_mnist .*--summary-json $work/elastic.json" || continue
+    if tr '\0' '\n' < "$d/environ" 2> /dev/null | grep -qx 'KOLO_ELASTIC_ID=1'; then victim=${d#/proc/}; fi
+  done
+  [ -n "$victim" ] || { cat "$work/elastic.log"; fail "no worker id 1 to kill"; }
+  sleep 0.3  # into the epoch
+  kill -9 "$victim"
+  wait "$job" || { tail -30 "$work/elastic.log"; fail "the elastic job failed after the kill"; }
+  pids=()
+  grep -q "was killed by signal 9" "$work/elastic.log" || fail "kolorun reported no killed worker"
+  [ "$(field "$work/elastic.json" epochs_run)" = 5 ] || fail "the elastic run's History lacks epochs"
+  [ "$(field "$work/elastic.json" workers)" = 2 ] || fail "the elastic run did not end on 2 workers"
+  for e in 1 2 3 4 5; do
+    [ "$(grep -c "Epoch $e/5" "$work/elastic.log")" = 1 ] || fail "epoch $e did not begin once"
+  done
+  a=$(field "$work/elastic.json" test_accuracy) b=$(field "$work/whole.json" test_accuracy)
+  within "$a" "$b" 0.01 && echo "elastic: accuracy $a after a kill, uninterrupted $b" ||
+    fail "elastic accuracy $a is not within 0.01 of the uninterrupted $b"
   ;;
 ps)
   # Parameter servers (issue 15): 2 workers, 2 ps tasks, asynchronous; worker 1 is killed

@@ -9,7 +9,8 @@
 // The module given is replica 0 (it is trained in place); the other local replicas are
 // clones (Module::clone: the module must be Cloneable, as torch::nn's modules are).
 // Under a multi-worker strategy every worker builds the same model, and the chief's
-// weights go to every worker here.
+// weights go to every worker here (in an elastic job, at elastic fit's first sync instead:
+// a worker that joins later must not broadcast while the others train).
 //
 // Not for: custom loops (Strategy::run / reduce), the Horovod door's own loop
 // (kolo::DistributedOptimizer).
@@ -34,6 +35,34 @@
 
 namespace kolo::train {
 
+// fit in an elastic job (kolorun --min-np MIN --max-np MAX; docs/elastic.md, "fit in an
+// elastic job"): workers leave and join while fit runs. The survivors keep their process,
+// go back to the last commit and go on; a new worker gets the state from a survivor. A
+// commit is an in-memory snapshot of the model, the optimizer's state and options, the
+// epoch, the batch within it and the epoch's metric state. After a change the rest of the
+// epoch is split over the workers there are, with no example trained twice or skipped
+// (the global batch stays batch_size). Callbacks see one on_train_begin/end and each
+// epoch's begin and end once; batches after the last commit are done again, and their
+// batch hooks run again.
+// Requires HorovodStrategy or MultiWorkerMirroredStrategy and in-memory data (AutoShardPolicy
+// kData or kAuto, not files); BackupAndRestore and BroadcastGlobalVariables are refused
+// (the commits and the sync do their work). Outside an elastic job fit runs as plain fit
+// (committing all the same), so one program runs anywhere; inside one, plain fit is refused.
+struct ElasticFitOptions {
+  bool enabled = false;  // default: plain fit
+  // Commit every this many batches (and at each epoch's end). A failure loses the batches
+  // since the last commit; a commit costs a copy of the weights and the optimizer's state
+  // (Horovod's Keras examples commit every batch: that copy each step costs several
+  // percent of a small model's step time; at 100 it is lost in the noise).
+  std::int64_t commit_every = 100;
+  // Run after each change of workers, before the sync, on the workers that were there
+  // before (new ones get the learning rate and the rest from the sync): e.g. set the
+  // learning rate for model.num_workers(). Set a value from the new size (lr = base * n),
+  // do not scale the one there is. Empty: nothing (fit's batch_size is global, so the
+  // step's batch does not change with the workers).
+  std::vector<std::function<void()>> reset_callbacks{};
+};
+
 struct FitOptions {
   int epochs = 1;                // the epoch to stop before (with initial_epoch, as Keras)
   std::int64_t batch_size = 32;  // GLOBAL: over every replica of every worker
@@ -49,6 +78,7 @@ struct FitOptions {
   std::int64_t validation_batch_size = -1;  // -1: batch_size
   int validation_freq = 1;                  // validate every N epochs
   std::vector<int> validation_epochs{};     // or at these (1-based) epochs, as Keras's list
+  ElasticFitOptions elastic{};              // default: not elastic
 };
 
 struct EvaluateOptions {
@@ -90,6 +120,9 @@ class Model : public TrainingHost {
   void compile(const OptimizerSpec& optimizer, const LossSpec& loss,
                const std::vector<MetricSpec>& metrics = {});
 
+  // With options.elastic in an elastic job, a worker that kolorun removes (its host left
+  // the discovery script's list) returns the History so far with kolo shut down: check
+  // kolo::is_initialized() before using kolo (evaluate, predict) after fit.
   History fit(const torch::Tensor& x, const torch::Tensor& y, FitOptions options = {});
   History fit(const Dataset& data, FitOptions options = {});
   // "loss" and the metrics over the whole data (exact over replicas and workers).
