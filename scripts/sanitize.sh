@@ -36,7 +36,11 @@ lean=(-DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CH
       -DKOLO_BUILD_TRAIN=$train
       -UCMAKE_DISABLE_FIND_PACKAGE_Torch
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
-targets="kolorun kolo_torch_worker"
+# Both trees: kolorun, the libtorch worker, and the elastic worker side across real
+# processes (tests/elastic: kolo_elastic_worker_side_tests starts kolo_elastic_core_worker,
+# which kolo::init's and kolo::elastic::reset's each generation in the same process: the
+# runtime's thread stopped, a new Runtime and Gloo world started).
+targets="kolorun kolo_torch_worker kolo_elastic_worker_side_tests"
 [ $train = ON ] && targets+=" kolo_train_worker"
 # What the two trees run (measured figures: docs/ci.md, "The sanitizer job's selection").
 # Both: the 8-rank collectives are left out (Ranks/Collectives.*/8ranks*: 12 entries,
@@ -79,6 +83,8 @@ BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=
     --timeout 900
   ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^torch\.worker_np1$' --timeout 900
   ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -R '^torch\.kolorun_np' --timeout 900
+  ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^elastic\.ElasticWorkerSide\.' \
+    --timeout 900
   if [ $train = ON ]; then
     ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900
   fi
@@ -96,5 +102,6 @@ BUILD_TARGETS="$tsan_programs $targets" BUILD_DIR=build-tsan BUILD_TYPE=RelWithD
   done
   ctest --output-on-failure -j"$(nproc)" -L unit -E "$tsan_skip" --timeout 900
   ctest --output-on-failure -R '^torch\.(worker_np1|kolorun_np)' --timeout 900
+  ctest --output-on-failure -R '^elastic\.ElasticWorkerSide\.' --timeout 900
   if [ $train = ON ]; then ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900; fi
 )
