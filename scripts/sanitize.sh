@@ -8,6 +8,12 @@
 # (OpenMPI and hwloc leak at exit). TSan: libtorch is not instrumented, so
 # scripts/tsan.supp ignores what libtorch itself does (see there); kolo's threads are
 # still checked against each other.
+# Elastic jobs (issue 16): the worker side across real processes (tests/elastic's
+# ElasticWorkerSide cases: kolo::init and elastic::reset start a new Runtime and Gloo
+# world per generation in the same process) under both (ASan: leak check on);
+# kolo/elastic.h through kolorun with 3 workers (torch.elastic_kolorun_np3) under ASan,
+# leak check on (it is clean); the driver's and its plans' tests are in kolorun_tests
+# and kolo_launcher_tests.
 # kolo_train (src/train) is left out by default: compiling it under both sanitizers
 # would take CI past its time (measured on 2 cores shared with other builds, before the
 # precompiled <torch/torch.h>: its 18 sources, 8 test files and the worker took about
@@ -36,7 +42,11 @@ lean=(-DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CH
       -DKOLO_BUILD_TRAIN=$train
       -UCMAKE_DISABLE_FIND_PACKAGE_Torch
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
-targets="kolorun kolo_torch_worker"
+# Both trees: kolorun, the libtorch worker, and the elastic worker side across real
+# processes (tests/elastic: kolo_elastic_worker_side_tests starts kolo_elastic_core_worker,
+# which kolo::init's and kolo::elastic::reset's each generation in the same process: the
+# runtime's thread stopped, a new Runtime and Gloo world started).
+targets="kolorun kolo_torch_worker kolo_elastic_worker_side_tests"
 [ $train = ON ] && targets+=" kolo_train_worker"
 # What the two trees run (measured figures: docs/ci.md, "The sanitizer job's selection").
 # Both: the 8-rank collectives are left out (Ranks/Collectives.*/8ranks*: 12 entries,
@@ -46,7 +56,10 @@ targets="kolorun kolo_torch_worker"
 # ShmAllreducePiecesTest cases 84 s of 467 under ASan, 2.3 s quick).
 skip_both='/8ranks(Fused|Unfused)'
 # ASan+UBSan: every unit-test program (kolo_unit_tests) and every entry but those.
-asan_targets="kolo_unit_tests $targets"
+# And kolo/elastic.h across 3 workers through kolorun (kolo_torch_elastic_worker: sync's
+# root, TorchState, the ElasticSampler's collectives); its unit tests, kolo_torch_elastic_tests,
+# are in kolo_unit_tests. Its kolo code runs on the calling thread: not in the TSan tree.
+asan_targets="kolo_unit_tests $targets kolo_torch_elastic_worker"
 # TSan: only the programs whose tests run threads against each other: the runtime's
 # background thread and ranks as threads over inproc and shm (kolo_core_tests,
 # kolo_transport*_tests, kolo_api_tests), the TCP store server (kolo_rendezvous_tests,
@@ -79,6 +92,10 @@ BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=
     --timeout 900
   ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^torch\.worker_np1$' --timeout 900
   ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -R '^torch\.kolorun_np' --timeout 900
+  ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^torch\.elastic_kolorun_np3$' \
+    --timeout 900
+  ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^elastic\.ElasticWorkerSide\.' \
+    --timeout 900
   if [ $train = ON ]; then
     ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900
   fi
@@ -96,5 +113,6 @@ BUILD_TARGETS="$tsan_programs $targets" BUILD_DIR=build-tsan BUILD_TYPE=RelWithD
   done
   ctest --output-on-failure -j"$(nproc)" -L unit -E "$tsan_skip" --timeout 900
   ctest --output-on-failure -R '^torch\.(worker_np1|kolorun_np)' --timeout 900
+  ctest --output-on-failure -R '^elastic\.ElasticWorkerSide\.' --timeout 900
   if [ $train = ON ]; then ctest --output-on-failure -R '^train\.kolorun_np2' --timeout 900; fi
 )
