@@ -254,7 +254,7 @@ TEST(ConfigTest, HelpRowsComeFromTheDeclarations) {
     EXPECT_GT(std::string(o.doc).size(), 10u) << o.name;
   }
   EXPECT_EQ(listed, declared);
-  EXPECT_EQ(listed.size(), 22u);
+  EXPECT_EQ(listed.size(), 26u);
 }
 
 // What each kind of option accepts, as the help says it and as its error message says it
