@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "launcher/elastic_args.h"
 #include "launcher/elastic_driver.h"
 #include "launcher/events.h"
 #include "launcher/hosts.h"
@@ -400,102 +401,16 @@ int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own,
   return status;
 }
 
-// An elastic job's command line, as parsed (0 / -1 / empty: not given).
-struct ElasticArgs {
-  int np, min_np, max_np;
-  std::string discovery_script;
-  int slots, reset_limit;
-  std::vector<double> cooldown;
-  double elastic_timeout, discovery_interval;
-  std::string host_list;
-  bool hosts_given;
-  std::string hostfile;
-  double grace_seconds;
-  std::vector<std::string> program;
-};
-
 // Checks an elastic job's options, finds its first hosts and runs it (elastic_driver.h).
-int run_elastic_main(const ElasticArgs& a, const OwnLaunch& own) {
+int run_elastic_main(const launcher::ElasticArgs& a, const OwnLaunch& own) {
   launcher::ElasticOptions e;
-  if (a.np == 0 && a.min_np == 0) {
-    return fail(
-        "an elastic job needs -np N or --min-np MIN: the workers it starts with and the "
-        "fewest it trains with (run kolorun --help for usage)");
-  }
-  e.min_np = a.min_np > 0 ? a.min_np : a.np;
-  const int np = a.np > 0 ? a.np : e.min_np;
-  e.max_np = a.max_np;
-  e.start_np = np;
-  if (e.min_np < 1) return fail("--min-np " + std::to_string(e.min_np) + " must be at least 1");
-  if (e.max_np != 0 && e.max_np < e.min_np) {
-    return fail("--min-np " + std::to_string(e.min_np) + " is above --max-np " +
-                std::to_string(e.max_np) + ": the fewest workers cannot exceed the most");
-  }
-  if (np < e.min_np || (e.max_np > 0 && np > e.max_np)) {
-    return fail("-np " + std::to_string(np) + " is outside --min-np " + std::to_string(e.min_np) +
-                (e.max_np > 0 ? " .. --max-np " + std::to_string(e.max_np) : "") + "");
-  }
-  if (a.slots < 1) return fail("--slots " + std::to_string(a.slots) + " must be at least 1");
-  if (a.reset_limit < -1) {
-    return fail("--reset-limit " + std::to_string(a.reset_limit) + " must be 0 or more");
-  }
-  if (!a.cooldown.empty()) {
-    if (!(a.cooldown[0] > 0) || !(a.cooldown[1] >= a.cooldown[0])) {
-      return fail("--blacklist-cooldown-range " + std::to_string(a.cooldown[0]) + " " +
-                  std::to_string(a.cooldown[1]) + ": expected 0 < LO <= HI (seconds)");
-    }
-    e.cooldown = launcher::Cooldown{a.cooldown[0], a.cooldown[1]};
-  }
-  if (!(a.elastic_timeout > 0) || !(a.discovery_interval > 0)) {
-    return fail(
-        std::string(!(a.elastic_timeout > 0) ? "--elastic-timeout" : "--discovery-interval") +
-        " must be a positive number of seconds");
-  }
-  e.reset_limit = a.reset_limit;
-  e.default_slots = a.slots;
-  e.elastic_timeout_s = a.elastic_timeout;
-  e.discovery_interval_s = a.discovery_interval;
-  e.discovery_script = a.discovery_script;
   launcher::LaunchRequest request;
-  request.np = np;
-  request.grace_seconds = a.grace_seconds;
-  request.program = a.program;
-  if (!request.program.empty() && request.program.front() == "--") {
-    request.program.erase(request.program.begin());
+  if (Status s = launcher::elastic_options_from_args(a, &e, &request); !s.ok()) {
+    return fail(s.message());
   }
-  if (request.program.empty()) return fail("no program given: kolorun [OPTIONS] PROGRAM [ARGS...]");
-  if (!a.discovery_script.empty()) {
-    if (a.hosts_given || !a.hostfile.empty()) {
-      return fail("--host-discovery-script and " +
-                  std::string(a.hosts_given ? "-H" : "--hostfile") +
-                  " both name the hosts: give one");
-    }
-    // The first run must work: later failures keep the last hosts.
-    if (Status s = launcher::run_discovery_script(
-            a.discovery_script, a.slots, launcher::kDiscoveryTimeoutSeconds, &request.hosts);
-        !s.ok()) {
-      return fail(s.message() + " (on its first run)");
-    }
-  } else if (a.hosts_given) {
-    if (Status s = launcher::parse_host_list(a.host_list, &request.hosts); !s.ok()) {
-      return fail("-H: " + s.message());
-    }
-  } else if (!a.hostfile.empty()) {
-    if (Status s = launcher::read_hostfile(a.hostfile, &request.hosts); !s.ok()) {
-      return fail(s.message());
-    }
-  } else {
-    request.hosts = {{"localhost", std::max(np, e.max_np)}};
-  }
-  if (a.discovery_script.empty() && launcher::total_slots(request.hosts) < e.min_np) {
-    return fail("--min-np " + std::to_string(e.min_np) + " is more than the " +
-                std::to_string(launcher::total_slots(request.hosts)) + " slots of " +
-                launcher::format_host_list(request.hosts) +
-                " (fixed hosts: add slots, or give --host-discovery-script)");
-  }
-  e.hosts = request.hosts;
   launcher::LaunchRequest processes = request;
-  processes.np = e.max_np > 0 ? e.max_np : std::max(np, launcher::total_slots(request.hosts));
+  processes.np =
+      e.max_np > 0 ? e.max_np : std::max(request.np, launcher::total_slots(request.hosts));
   launcher::prepare_worker_threads(processes, kolo::core::process_env(), this_host_names(),
                                    /*announce=*/!own.dry_run);
   return run_own(request, own, &e);
@@ -672,18 +587,19 @@ int main(int argc, char** argv) {
       return fail(std::string("elastic jobs run on kolorun's own launcher and Gloo; ") +
                   (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") + " is not elastic");
     }
-    return run_elastic_main({np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots,
-                             reset_limit, cooldown, elastic_timeout, discovery_interval, host_list,
-                             hosts_opt->count() > 0, hostfile, grace_seconds, app.remaining()},
-                            [&] {
-                              OwnLaunch own;
-                              own.dry_run = dry_run;
-                              own.rendezvous_addr = rendezvous_addr;
-                              own.ssh_port = ssh_port;
-                              own.ssh_identity_file = ssh_identity_file;
-                              own.ssh_config = ssh_config;
-                              return own;
-                            }());
+    return run_elastic_main(
+        launcher::ElasticArgs{np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots,
+                              reset_limit, cooldown, elastic_timeout, discovery_interval, host_list,
+                              hosts_opt->count() > 0, hostfile, grace_seconds, app.remaining()},
+        [&] {
+          OwnLaunch own;
+          own.dry_run = dry_run;
+          own.rendezvous_addr = rendezvous_addr;
+          own.ssh_port = ssh_port;
+          own.ssh_identity_file = ssh_identity_file;
+          own.ssh_config = ssh_config;
+          return own;
+        }());
   }
   if (ps_opt->count() == 0 && np_opt->count() == 0) {
     return fail("-np N is required: the number of workers (run kolorun --help for usage)");
