@@ -16,23 +16,27 @@ Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, Launch
   const int np = a.np > 0 ? a.np : e->min_np;
   e->max_np = a.max_np;
   e->start_np = np;
-  if (e->min_np < 1) return InvalidArgument("--min-np " + std::to_string(e->min_np) + " must be at least 1");
+  if (e->min_np < 1)
+    return InvalidArgument("--min-np " + std::to_string(e->min_np) + " must be at least 1");
   if (e->max_np != 0 && e->max_np < e->min_np) {
     return InvalidArgument("--min-np " + std::to_string(e->min_np) + " is above --max-np " +
-                std::to_string(e->max_np) + ": the fewest workers cannot exceed the most");
+                           std::to_string(e->max_np) +
+                           ": the fewest workers cannot exceed the most");
   }
   if (np < e->min_np || (e->max_np > 0 && np > e->max_np)) {
-    return InvalidArgument("-np " + std::to_string(np) + " is outside --min-np " + std::to_string(e->min_np) +
-                (e->max_np > 0 ? " .. --max-np " + std::to_string(e->max_np) : "") + "");
+    return InvalidArgument("-np " + std::to_string(np) + " is outside --min-np " +
+                           std::to_string(e->min_np) +
+                           (e->max_np > 0 ? " .. --max-np " + std::to_string(e->max_np) : ""));
   }
-  if (a.slots < 1) return InvalidArgument("--slots " + std::to_string(a.slots) + " must be at least 1");
+  if (a.slots < 1)
+    return InvalidArgument("--slots " + std::to_string(a.slots) + " must be at least 1");
   if (a.reset_limit < -1) {
     return InvalidArgument("--reset-limit " + std::to_string(a.reset_limit) + " must be 0 or more");
   }
   if (!a.cooldown.empty()) {
     if (!(a.cooldown[0] > 0) || !(a.cooldown[1] >= a.cooldown[0])) {
       return InvalidArgument("--blacklist-cooldown-range " + std::to_string(a.cooldown[0]) + " " +
-                  std::to_string(a.cooldown[1]) + ": expected 0 < LO <= HI (seconds)");
+                             std::to_string(a.cooldown[1]) + ": expected 0 < LO <= HI (seconds)");
     }
     e->cooldown = Cooldown{a.cooldown[0], a.cooldown[1]};
   }
@@ -52,16 +56,17 @@ Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, Launch
   if (!request->program.empty() && request->program.front() == "--") {
     request->program.erase(request->program.begin());
   }
-  if (request->program.empty()) return InvalidArgument("no program given: kolorun [OPTIONS] PROGRAM [ARGS...]");
+  if (request->program.empty())
+    return InvalidArgument("no program given: kolorun [OPTIONS] PROGRAM [ARGS...]");
   if (!a.discovery_script.empty()) {
     if (a.hosts_given || !a.hostfile.empty()) {
       return InvalidArgument("--host-discovery-script and " +
-                  std::string(a.hosts_given ? "-H" : "--hostfile") +
-                  " both name the hosts: give one");
+                             std::string(a.hosts_given ? "-H" : "--hostfile") +
+                             " both name the hosts: give one");
     }
     // The first run must work: later failures keep the last hosts.
-    if (Status s = run_discovery_script(
-            a.discovery_script, a.slots, kDiscoveryTimeoutSeconds, &request->hosts);
+    if (Status s = run_discovery_script(a.discovery_script, a.slots, kDiscoveryTimeoutSeconds,
+                                        &request->hosts);
         !s.ok()) {
       return InvalidArgument(s.message() + " (on its first run)");
     }
@@ -78,9 +83,9 @@ Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, Launch
   }
   if (a.discovery_script.empty() && total_slots(request->hosts) < e->min_np) {
     return InvalidArgument("--min-np " + std::to_string(e->min_np) + " is more than the " +
-                std::to_string(total_slots(request->hosts)) + " slots of " +
-                format_host_list(request->hosts) +
-                " (fixed hosts: add slots, or give --host-discovery-script)");
+                           std::to_string(total_slots(request->hosts)) + " slots of " +
+                           format_host_list(request->hosts) +
+                           " (fixed hosts: add slots, or give --host-discovery-script)");
   }
   e->hosts = request->hosts;
   return Status::OK();

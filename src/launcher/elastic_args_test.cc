@@ -37,7 +37,7 @@ TEST(ElasticArgs, DefaultsFollowHorovod) {
   EXPECT_EQ(r.program, std::vector<std::string>{"./train"});
 
   ASSERT_TRUE(elastic_options_from_args(args(0, 1, 4), &e, &r).ok());
-  EXPECT_EQ(r.np, 1);             // -np defaults to --min-np
+  EXPECT_EQ(r.np, 1);              // -np defaults to --min-np
   EXPECT_EQ(r.hosts[0].slots, 4);  // room for --max-np
 
   ElasticArgs a = args(2, 1, 3);
