@@ -181,23 +181,12 @@ void Driver::on_redraw(Worker* w, int stream, std::string_view text) {
   console_.redraw(stream, w->plan.rank, shown);
 }
 
-void Driver::reap() {
-  int status = 0;
-  pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-    for (Worker& w : workers_) {
-      if (w.child.pid != pid || w.reaped) continue;
-      mark_reaped(&w, status, stopping_ ? kDrainWhenStopping : kDrainAfterExit);
-    }
-  }
-}
+void Driver::reap() { reap_workers(workers_, stopping_ ? kDrainWhenStopping : kDrainAfterExit); }
 
 void Driver::maybe_finish(Worker* w) {
   if (!end_known(*w)) return;
   if (w->output->open() && Clock::now() >= *w->drain_until) {
-    w->output->finish([&](std::string_view l) { on_line(w, 1, l); },
-                      [&](std::string_view l) { on_line(w, 2, l); });
-    ::kill(-w->child.pid, SIGTERM);
+    stop_reading(w, [&](int stream, std::string_view l) { on_line(w, stream, l); });
   }
   on_end(w, exit_of(*w));
 }
@@ -493,9 +482,7 @@ void Driver::on_deadlines() {
   }
   for (Worker& w : workers_) {
     if (w.reaped && w.output && w.output->open() && now >= *w.drain_until) {
-      w.output->finish([&](std::string_view l) { on_line(&w, 1, l); },
-                       [&](std::string_view l) { on_line(&w, 2, l); });
-      ::kill(-w.child.pid, SIGTERM);
+      stop_reading(&w, [&](int stream, std::string_view l) { on_line(&w, stream, l); });
     }
     if (!w.removed || !w.running) continue;
     // A removed worker that did not leave by itself; also when the newer plan's members

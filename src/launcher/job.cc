@@ -181,25 +181,13 @@ void Job::on_redraw(Worker* w, int stream, std::string_view text) {
   console_.redraw(stream, w->plan.rank, shown);
 }
 
-void Job::reap() {
-  int status = 0;
-  pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-    for (Worker& w : workers_) {
-      if (w.child.pid != pid || w.reaped) continue;
-      mark_reaped(&w, status, stopping_ ? kDrainWhenStopping : kDrainAfterExit);
-    }
-    // Anything else is something a worker left behind (we are its sub-reaper).
-  }
-}
+void Job::reap() { reap_workers(workers_, stopping_ ? kDrainWhenStopping : kDrainAfterExit); }
 
 void Job::maybe_finish(Worker* w) {
   if (!end_known(*w)) return;
   if (w->output->open() && Clock::now() >= *w->drain_until) {
     // Something it left behind holds its pipes: stop reading, and end its group.
-    w->output->finish([&](std::string_view l) { on_line(w, 1, l); },
-                      [&](std::string_view l) { on_line(w, 2, l); });
-    ::kill(-w->child.pid, SIGTERM);
+    stop_reading(w, [&](int stream, std::string_view l) { on_line(w, stream, l); });
   }
   on_end(w, exit_of(*w));
 }
@@ -263,9 +251,7 @@ void Job::maybe_restart(Worker* w) {
   // Its old pipes first (what it wrote last belongs before the new run's lines).
   if (w->output && w->output->open()) {
     if (Clock::now() < *w->drain_until) return;
-    w->output->finish([&](std::string_view l) { on_line(w, 1, l); },
-                      [&](std::string_view l) { on_line(w, 2, l); });
-    ::kill(-w->child.pid, SIGTERM);
+    stop_reading(w, [&](int stream, std::string_view l) { on_line(w, stream, l); });
   }
   ++w->restarts;
   say("restarting " + worker_name(w->plan) + " with the same TF_CONFIG (restart " +
@@ -372,9 +358,7 @@ void Job::on_deadlines() {
   if (stopping_ && !killed_ && kill_deadline_ && now >= *kill_deadline_) kill_all();
   for (Worker& w : workers_) {
     if (w.reaped && w.output && w.output->open() && now >= *w.drain_until) {
-      w.output->finish([&](std::string_view l) { on_line(&w, 1, l); },
-                       [&](std::string_view l) { on_line(&w, 2, l); });
-      ::kill(-w.child.pid, SIGTERM);
+      stop_reading(&w, [&](int stream, std::string_view l) { on_line(&w, stream, l); });
     }
   }
 }

@@ -93,6 +93,12 @@ void mark_reaped(WorkerProcess* w, int wait_status, Clock::duration drain) {
   if (w->child.in_fd >= 0) ::close(w->child.in_fd), w->child.in_fd = -1;
 }
 
+void stop_reading(WorkerProcess* w, const std::function<void(int, std::string_view)>& on_line) {
+  w->output->finish([&](std::string_view l) { on_line(1, l); },
+                    [&](std::string_view l) { on_line(2, l); });
+  ::kill(-w->child.pid, SIGTERM);
+}
+
 bool end_known(const WorkerProcess& w) {
   if (!w.reaped || w.exit || !w.wait_status) return false;
   const bool drained = !w.output->open() || Clock::now() >= *w.drain_until;

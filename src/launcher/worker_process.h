@@ -9,7 +9,10 @@
 // (worker_plan.h).
 #pragma once
 
+#include <sys/wait.h>
+
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,6 +75,21 @@ std::string last_lines_text(const std::deque<std::string>& lines, const std::str
 
 // Records a reaped worker's wait status; its pipes are still read until `drain`.
 void mark_reaped(WorkerProcess* w, int wait_status, Clock::duration drain);
+// Reaps every child that ended (without waiting) and marks the one of `workers` it was;
+// anything else reaped is something a worker left behind (kolorun is its sub-reaper).
+template <typename Workers>
+void reap_workers(Workers& workers, Clock::duration drain) {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (WorkerProcess& w : workers) {
+      if (w.child.pid == pid && !w.reaped) mark_reaped(&w, status, drain);
+    }
+  }
+}
+// A reaped worker whose pipes something it left behind still holds: passes on what is
+// there (on_line(stream, line)), stops reading, and ends its process group.
+void stop_reading(WorkerProcess* w, const std::function<void(int, std::string_view)>& on_line);
 
 // Whether a reaped worker's end can be told now: a local one's at once, a remote one's
 // once its marker came or its output is drained (it may still be in ssh's pipe).
