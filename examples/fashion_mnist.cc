@@ -151,6 +151,17 @@ double test_accuracy(Net& model, const Dataset& test) {
   return static_cast<double>(total.item<std::int64_t>()) / static_cast<double>(test.labels.size(0));
 }
 
+// One optimizer step on the images `batch` indexes; returns the batch's loss.
+double train_step(Net& model, kolo::DistributedOptimizer& optimizer, const Dataset& data,
+                  const torch::Tensor& batch) {
+  optimizer.zero_grad();
+  const torch::Tensor loss = torch::nll_loss(model->forward(data.images.index_select(0, batch)),
+                                             data.labels.index_select(0, batch));
+  loss.backward();
+  optimizer.step();
+  return loss.item<double>();
+}
+
 void save_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& optimizer,
                      int epochs_done) {
   torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
@@ -253,13 +264,7 @@ int train(const Flags& flags) {
     for (std::int64_t step = 0; step < steps; ++step) {
       const torch::Tensor batch =
           order.slice(0, step * flags.batch_size, (step + 1) * flags.batch_size);
-      optimizer.zero_grad();
-      const torch::Tensor loss =
-          torch::nll_loss(model->forward(train_set.images.index_select(0, batch)),
-                          train_set.labels.index_select(0, batch));
-      loss.backward();
-      optimizer.step();
-      loss_sum += loss.item<double>();
+      loss_sum += train_step(model, optimizer, train_set, batch);
       images += batch.size(0);
       progress.update(epoch + 1, flags.epochs, step + 1, steps, loss_sum / (step + 1));
     }
@@ -438,12 +443,7 @@ int train_elastic(const Flags& flags) {
       const auto start = std::chrono::steady_clock::now();
       for (std::int64_t step = 0; step < steps; ++step) {
         const torch::Tensor batch = order.slice(0, step * bs, (step + 1) * bs);
-        optimizer.zero_grad();
-        const torch::Tensor loss =
-            torch::nll_loss(model->forward(train_set.images.index_select(0, batch)),
-                            train_set.labels.index_select(0, batch));
-        loss.backward();
-        optimizer.step();
+        const double loss = train_step(model, optimizer, train_set, batch);
         sampler.record_batch(batch.size(0));
         log.batch(state.commits(), epoch, batch);
         if (flags.print_steps) {
@@ -456,7 +456,7 @@ int train_elastic(const Flags& flags) {
                       static_cast<long long>(ms));
           std::fflush(stdout);
         }
-        loss_sum += loss.item<double>();
+        loss_sum += loss;
         if (step + 1 <= common && (step + 1) % flags.commit_every == 0) {
           state.save();  // commit(), with the log between its two halves
           log.commit(state.commits());

@@ -373,10 +373,8 @@ struct Runtime::Loop {
 };
 
 bool Runtime::start_transport(transport::CycleBell** bell) {
-  Status status = factory_(&comm_);
-  if (config_.elastic && status.code() == ErrorCode::kPeerFailure) {
-    status = workers_changed(status.message());  // a member left while the generation formed
-  }
+  // A member that left while the generation formed: kWorkersChanged.
+  Status status = elastic_view(factory_(&comm_));
   // The timeline starts before start() returns, so it sees the first request.
   if (status.ok() && !config_.timeline_path.empty() && comm_->rank() == 0) {
     Status t = timeline_.start(config_.timeline_path, config_.timeline_mark_cycles);
@@ -647,21 +645,16 @@ Status Runtime::remove_set(Loop& loop, const Response& r) {
 void Runtime::stop(Loop& loop) {
   // In an elastic job a worker that is gone (failed, or its program ended without
   // kolo::shutdown()) ends this generation, not the job: kolo::elastic::run goes on.
-  const bool left = loop.fatal.code() == ErrorCode::kPeerFailure ||
-                    (loop.fatal.ok() && !loop.exited_ranks.empty());
-  if (loop.fatal.code() == ErrorCode::kWorkersChanged) {
-    KOLO_LOG(kWarning, "elastic") << "this generation of the elastic job ended: "
-                                  << loop.fatal.message();
-    fail_all(loop.fatal);
-  } else if (config_.elastic && left) {
-    const std::string why =
-        loop.fatal.ok() ? shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank)
-                        : loop.fatal.message();
-    KOLO_LOG(kWarning, "elastic") << "this generation of the elastic job ended: " << why;
-    fail_all(workers_changed(why));
-  } else if (!loop.fatal.ok()) {
-    KOLO_LOG(kError, "runtime") << loop.fatal.message();
-    fail_all(loop.fatal);
+  Status end = elastic_view(loop.fatal);
+  if (config_.elastic && end.ok() && !loop.exited_ranks.empty()) {
+    end = workers_changed(shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank));
+  }
+  if (end.code() == ErrorCode::kWorkersChanged) {
+    KOLO_LOG(kWarning, "elastic") << "this generation of the elastic job ended: " << end.message();
+    fail_all(end);
+  } else if (!end.ok()) {
+    KOLO_LOG(kError, "runtime") << end.message();
+    fail_all(end);
   } else {
     fail_all(Status(ErrorCode::kShutdown,
                     shutdown_message(loop.shutdown_ranks, loop.exited_ranks, topology_.rank)));
