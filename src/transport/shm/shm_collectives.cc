@@ -3,18 +3,18 @@
 //
 // allreduce: the buffer is reduced in chunks of about kCopyChunkBudget / n bytes (so the
 // regions' data is reused while in cache), two barriers each. A rank whose buffer is its
-// region (packed into fusion_buffer()) has every chunk in place already; any other buffer
-// takes the copy path, which copies each chunk's other slices into the region. In a chunk,
-// rank r reduces its slice (about m/n elements, cut on 64-byte boundaries) across all n
-// regions, block by block, and writes each reduced block into every rank's region while it
-// is still in cache (a reduce-scatter and an allgather in one pass); the copy path reduces
-// its own slice straight from and into the caller's buffer. Both paths cut the same chunks
-// and put chunk [off, off + m) at the same place in every region (at `off` when the whole
-// buffer fits in a region, else at 0: see chunk_base), so ranks may mix them in one
-// collective (a joined rank packs the op's identity while the others use
-// allreduce_pieces). The
-// reduction folds sources in rank order, so every rank gets the same bits as a sequential
-// reduction 0, 1, ..., n-1.
+// region (packed into fusion_buffer()) has every chunk in place already, chunk [off,
+// off + m) at `off`; any other buffer takes the copy path, which copies each chunk's other
+// slices into the start of the region, so a large buffer streams through one chunk's worth
+// of cache. In a chunk, rank r reduces its slice (about m/n elements, cut on 64-byte
+// boundaries) across all n regions, block by block, and writes each reduced block into
+// every rank's region while it is still in cache (a reduce-scatter and an allgather in one
+// pass); the copy path reduces its own slice straight from and into the caller's buffer.
+// Both paths cut the same chunks, and each rank publishes where its chunk lies in its
+// region (RankSlot::chunk_base) before the chunk's first barrier, so ranks may mix them in
+// one collective (a joined rank packs the op's identity while the others use
+// allreduce_pieces). The reduction folds sources in rank order, so every rank gets the
+// same bits as a sequential reduction 0, 1, ..., n-1.
 //
 // allreduce_pieces is the copy path over a list of tensors (their concatenation is cut
 // into chunks): prescale while copying in, postscale/average while copying out and, for
@@ -74,7 +74,13 @@ Status ShmCommunicator::reduce_regions(std::size_t count, std::size_t base, Data
                                        const SliceStage* stage, Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t es = dtype_size(dtype);
+  at(seg_.slot(me).chunk_base).store(base * es, std::memory_order_relaxed);
+  // The barrier orders the stores of chunk_base before every rank's loads below; no rank
+  // stores the next chunk's before every rank passed the closing barrier.
   KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
+  for (int r = 0; r < n; ++r) {
+    chunks_[r] = seg_.region(r) + at(seg_.slot(r).chunk_base).load(std::memory_order_relaxed);
+  }
   const Slice mine = slice(count, es, me);
   const std::size_t block = kBlockBytes / es;
   char* const region = seg_.region(me) + base * es;
@@ -89,7 +95,7 @@ Status ShmCommunicator::reduce_regions(std::size_t count, std::size_t base, Data
       scale_into(dst, src, m, dtype, span.prescale);
       src = dst;
     }
-    for (int r = 0; r < n; ++r) srcs_[r] = r == me ? src : seg_.region(r) + (base + b) * es;
+    for (int r = 0; r < n; ++r) srcs_[r] = r == me ? src : chunks_[r] + b * es;
     reduce_many(dst, srcs_.data(), n, m, dtype, op);
     return dst;
   };
@@ -97,7 +103,7 @@ Status ShmCommunicator::reduce_regions(std::size_t count, std::size_t base, Data
   // unpacking), so ranks on different paths can share a collective.
   auto push_block = [&](const char* result, std::size_t b, std::size_t m) {
     for (int r = 0; r < n; ++r) {
-      if (r != me) std::memcpy(seg_.region(r) + (base + b) * es, result, m * es);
+      if (r != me) std::memcpy(chunks_[r] + b * es, result, m * es);
     }
   };
   auto post_scale = [&](const OwnSpan& span, char* result, std::size_t m) {
@@ -148,7 +154,7 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
   char* region = seg_.region(rank());
   const std::size_t region_bytes = seg_.region_bytes();
   if (buffer == region && bytes <= region_bytes) {
-    // In place, in the copy path's chunks (chunk_base(count, off) == off here).
+    // In place, in the copy path's chunks; chunk [off, off + m) lies at `off`.
     const std::size_t chunk = copy_chunk(es);
     for (std::size_t off = 0; off < count; off += chunk) {
       KOLO_RETURN_IF_ERROR(
@@ -208,16 +214,15 @@ Status ShmCommunicator::copy_path(const std::vector<AllreducePiece>& pieces, Dat
   for (std::size_t off = 0; off < total; off += chunk) {
     const std::size_t m = std::min(chunk, total - off);
     const Slice mine = slice(m, es, rank());
-    const std::size_t base = chunk_base(total, off, es);
     auto copy_in = [&](std::size_t begin, std::size_t end) {
-      char* to = region + (base + begin - off) * es;
+      char* to = region + (begin - off) * es;
       visit(begin, end, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
         scale_into(to, static_cast<const char*>(p.in) + at * es, len, dtype, p.prescale);
         to += len * es;
       });
     };
     auto copy_out = [&](std::size_t begin, std::size_t end) {
-      const char* from = region + (base + begin - off) * es;
+      const char* from = region + (begin - off) * es;
       visit(begin, end, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
         scale_into(static_cast<char*>(p.out) + at * es, from, len, dtype, p.postscale, p.divisor);
         from += len * es;
@@ -241,7 +246,8 @@ Status ShmCommunicator::copy_path(const std::vector<AllreducePiece>& pieces, Dat
       spans_.push_back(OwnSpan{mine.lo, mine.hi, static_cast<const char*>(pieces[0].in) + at,
                                static_cast<char*>(pieces[0].out) + at});
     }
-    KOLO_RETURN_IF_ERROR(reduce_regions(m, base, dtype, op, &spans_, stage, deadline));
+    // The chunk lies at the start of this rank's region.
+    KOLO_RETURN_IF_ERROR(reduce_regions(m, 0, dtype, op, &spans_, stage, deadline));
     copy_out(off, off + mine.lo);
     copy_out(off + mine.hi, off + m);
   }

@@ -127,7 +127,8 @@ ShmCommunicator::ShmCommunicator(std::unique_ptr<Communicator> base, Segment seg
       seg_(std::move(segment)),
       barrier_(&seg_, base_->rank(), base_->size()),
       bell_(&seg_.wake().cycles_requested, bell_rings(seg_, base_->size()), base_->rank()),
-      srcs_(static_cast<std::size_t>(base_->size())) {}
+      srcs_(static_cast<std::size_t>(base_->size())),
+      chunks_(static_cast<std::size_t>(base_->size())) {}
 
 ShmCommunicator::~ShmCommunicator() {
   if (!barrier_.broken()) return;

@@ -96,20 +96,14 @@ class ShmCommunicator final : public Communicator {
     char* dst;
     double prescale = 1.0, postscale = 1.0, divisor = 1.0;
   };
-  // Reduces `count` elements that every rank has at element `base` of its region;
-  // afterwards every region holds the result there, except this rank's own slice when
-  // `own` is given: its spans (which cover the slice, in order) are read and written where
-  // they say. Two barriers. With a `stage` (at most one span), the slice is reduced whole,
-  // staged, then copied out.
+  // Reduces `count` elements that this rank has at element `base` of its region (each
+  // rank says where its own chunk lies, so they may differ); afterwards every region holds
+  // the result there, except this rank's own slice when `own` is given: its spans (which
+  // cover the slice, in order) are read and written where they say. Two barriers. With a
+  // `stage` (at most one span), the slice is reduced whole, staged, then copied out.
   Status reduce_regions(std::size_t count, std::size_t base, DataType dtype, ReduceOp op,
                         const std::vector<OwnSpan>* own, const SliceStage* stage,
                         Deadline deadline);
-  // Where in the regions (elements) the chunk of a `total`-element allreduce that starts
-  // at `off` is reduced: at `off` when the whole buffer fits in a region (so a rank that
-  // packed it into its region and one on the copy path agree), else at 0.
-  std::size_t chunk_base(std::size_t total, std::size_t off, std::size_t es) const {
-    return total * es <= seg_.region_bytes() ? off : 0;
-  }
   // A delegated call's status; a peer failure there breaks this communicator too.
   Status delegated(Status s);
   Status check(const char* op) const;
@@ -123,6 +117,7 @@ class ShmCommunicator final : public Communicator {
   int parity_ = 0;                 // control area of the next control_and
   std::string base_failure_;       // set when the base communicator failed
   std::vector<const void*> srcs_;  // scratch: one pointer per rank
+  std::vector<char*> chunks_;      // scratch: where each rank's chunk lies in its region
   std::vector<OwnSpan> spans_;     // scratch: the own slice's spans of a chunk
 };
 

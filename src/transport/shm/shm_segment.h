@@ -5,7 +5,7 @@
 //   Meta      magic, rank count, R, total size                    (one 128-byte line)
 //   Wake      futex word + sleeper count, cycle bell requests     (one line)
 //   Abort     first failure report: state, reporter, text         (4 lines)
-//   slots     per-rank arrival epoch, pid, cycle bell word        (n lines)
+//   slots     per-rank arrival epoch, pid, cycle bell word, chunk base (n lines)
 //   control   2 parities x n ranks x kControlBytes (control_and)
 //   regions   n data regions of R bytes, each 4 KiB aligned
 // Hot words sit 128 bytes apart (two cache lines: Intel's adjacent-line prefetcher
@@ -64,6 +64,9 @@ struct alignas(kLine) RankSlot {
   std::uint64_t epoch;  // last barrier this rank arrived at
   std::int32_t pid;
   std::uint32_t bell;  // futex: this rank's cycle bell word (cycle_bell.h)
+  // Byte offset in this rank's region where the allreduce chunk in progress lies (stored
+  // before the chunk's first barrier, read by every rank after it).
+  std::uint64_t chunk_base;
 };
 
 // Offsets of the parts, computed the same way by every rank.

@@ -187,6 +187,33 @@ TEST(ShmAllreduceTest, RanksMayMixPathsWhenARegionHoldsSeveralChunks) {
   });
 }
 
+// The copy path streams a buffer larger than one chunk through the start of the region
+// (3 ranks, 8 MiB regions: chunks of 16 MiB / 3), so a buffer that fits the region does
+// not spread over all of it (the cache footprint of the 16-64 MiB allreduces). Before,
+// chunk [off, off + m) lay at `off` whenever the buffer fitted the region.
+TEST(ShmAllreduceTest, CopyPathReusesTheRegionsFirstChunk) {
+  ShmOptions options;
+  options.region_bytes = std::size_t{8} << 20;
+  on_shm_ranks(3, options, [&](int rank, std::unique_ptr<Communicator>& comm) {
+    const DataType dtype = DataType::kFloat32;
+    const std::size_t count = (std::size_t{7} << 20) / 4;  // 2 chunks
+    auto* region = static_cast<unsigned char*>(comm->fusion_buffer(options.region_bytes));
+    ASSERT_NE(region, nullptr);
+    std::memset(region, 0xAB, options.region_bytes);
+    ASSERT_TRUE(comm->barrier(in(30)).ok());  // no rank writes a region before it is filled
+    std::vector<std::uint8_t> data = input(rank, dtype, count);
+    const Status s = comm->allreduce(data.data(), count, dtype, ReduceOp::kSum, in(30));
+    ASSERT_TRUE(s.ok()) << "rank " << rank << ": " << s.to_string();
+    ASSERT_EQ(data, reference(3, dtype, ReduceOp::kSum, count)) << "rank " << rank;
+    const std::size_t untouched_from = std::size_t{6} << 20;  // past the first chunk
+    const auto first_written = std::find_if(region + untouched_from, region + options.region_bytes,
+                                            [](unsigned char b) { return b != 0xAB; });
+    EXPECT_EQ(first_written, region + options.region_bytes)
+        << "rank " << rank << ": the copy path wrote region byte " << (first_written - region)
+        << ", past its first chunk";
+  });
+}
+
 // allreduce_pieces against packing: the pieces' concatenation, prescaled, reduced, then
 // postscaled and divided, is what every rank gets, bit for bit; pieces in place and not,
 // empty ones, several chunks (1 MiB regions). With `mixed`, odd ranks take the packed path
