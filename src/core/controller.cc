@@ -1,6 +1,7 @@
 #include "core/controller.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "common/deadline.h"
@@ -183,23 +184,29 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave
     return cycle;
   }
 
+  // The set bits of each word, in bit order (a cycle walks words, not all the bits).
   bool any_invalid = false;
-  for (int bit = 0; bit < words_ * 64; ++bit) {
-    if (!((~words[1 + words_ + bit / 64] >> (bit % 64)) & 1u)) continue;
-    any_invalid = true;
-    cache_.erase(bit);
-    renegotiate_hit(bit);
+  for (int i = 0; i < words_; ++i) {
+    for (std::uint64_t m = ~words[1 + words_ + i]; m != 0; m &= m - 1) {
+      const int bit = i * 64 + std::countr_zero(m);
+      any_invalid = true;
+      cache_.erase(bit);
+      renegotiate_hit(bit);
+    }
   }
   const bool any_joined = any & kJoined;
   if (any_joined) {
     // Joined ranks set no bits, so cached operations go through the coordinator.
     while (!hits_.empty()) renegotiate_hit(hits_.begin()->first);
   } else {
-    for (int bit = 0; bit < words_ * 64; ++bit) {
-      if (!test_bit(words, 1, bit) || !cache_.contains(bit)) continue;
-      cycle.responses.push_back(cache_.response(bit));
-      cache_.touch(bit);
-      hits_.erase(bit);
+    for (int i = 0; i < words_; ++i) {
+      for (std::uint64_t m = words[1 + i]; m != 0; m &= m - 1) {
+        const int bit = i * 64 + std::countr_zero(m);
+        if (!cache_.contains(bit)) continue;
+        cycle.responses.push_back(cache_.response(bit));
+        cache_.touch(bit);
+        hits_.erase(bit);
+      }
     }
   }
 

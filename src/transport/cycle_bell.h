@@ -11,6 +11,8 @@
 //
 // FutexCycleBell keeps its words in memory the ranks share (a shm segment's slots, or an
 // in-process world's heap) and sleeps on a futex per rank, so it works across processes.
+// Ringing a rank that is awake costs no system call (bit 0 of its word says it sleeps);
+// hence one thread per rank waits on it (the background thread).
 // Not for: deciding whether a cycle is needed (the runtime), or peer failure detection
 // (a dead peer shows up in the cycle's control_and, which has a deadline).
 #pragma once

@@ -84,5 +84,35 @@ TEST(CycleBellTest, SleeperWakesOnRequestAndOnTimeout) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 25ms);
 }
 
+// Rings skip the system call while the rank is awake (bit 0 of its word): thousands of
+// hand-offs between a sleeper and a ringer, each looking at its flag first, lose none
+// (a lost one would leave the sleeper in its wait until the 5 s timeout).
+TEST(CycleBellTest, ManyHandOffsLoseNoWakeUp) {
+  Words w;
+  FutexCycleBell sleeper_bell = w.bell(0), ringer_bell = w.bell(1);
+  std::atomic<int> posted{0}, acked{0};
+  int timeouts = 0;
+  constexpr int kRounds = 5000;
+  std::thread sleeper([&] {
+    for (int round = 1; round <= kRounds; ++round) {
+      for (;;) {
+        const std::uint32_t t = sleeper_bell.ticket();
+        if (posted.load() >= round) break;
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        sleeper_bell.wait(t, until);
+        if (std::chrono::steady_clock::now() >= until) ++timeouts;
+      }
+      acked.store(round);
+    }
+  });
+  for (int round = 1; round <= kRounds; ++round) {
+    posted.store(round);
+    ringer_bell.request(static_cast<std::uint64_t>(round));  // rings rank 0
+    while (acked.load() < round) std::this_thread::yield();  // one hand-off per round
+  }
+  sleeper.join();
+  EXPECT_EQ(timeouts, 0);
+}
+
 }  // namespace
 }  // namespace kolo::transport
