@@ -97,5 +97,22 @@ TEST(CycleTest, EveryRankRunsTheSameCycles) {
   }
 }
 
+// Caller-run cycles (runtime.h): over a transport that may be called from any thread and
+// has a bell (inproc), a rank that submits and waits runs most cycles on its own thread;
+// without a bell (timer-driven) the background thread runs them all. Results are the same.
+TEST(CycleTest, AWaitingCallerRunsTheCyclesItself) {
+  for (bool on_demand : {true, false}) {
+    run_ranks(2, with_on_demand(on_demand), [on_demand](int rank, Runtime& rt) {
+      for (int i = 0; i < 300; ++i) EXPECT_EQ(sum_of_ranks(rt, rank, "lockstep"), 3.0f);
+      if (on_demand) {
+        EXPECT_GT(rt.caller_cycles(), 0u) << "rank " << rank;
+        EXPECT_LE(rt.caller_cycles(), rt.cycles()) << "rank " << rank;
+      } else {
+        EXPECT_EQ(rt.caller_cycles(), 0u) << "rank " << rank;
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace kolo::core

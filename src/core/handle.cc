@@ -18,6 +18,7 @@ void HandleState::complete(ErrorCode c, std::string m) {
     message = std::move(m);
     times.finished = Handle::Clock::now();
     done = true;
+    finished.store(true, std::memory_order_release);
   }
   cv.notify_all();
 }
@@ -47,6 +48,9 @@ bool Handle::wait_for(std::chrono::milliseconds timeout) const {
 
 void Handle::wait() const {
   auto& s = must(state_);
+  if (!s.finished.load(std::memory_order_acquire)) {
+    if (auto helper = s.helper.lock()) helper->help(s);
+  }
   std::unique_lock<std::mutex> lock(s.mu);
   s.cv.wait(lock, [&] { return s.done; });
   if (s.code != ErrorCode::kOk) throw_error(s.code, s.message);

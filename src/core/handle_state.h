@@ -4,6 +4,7 @@
 // and calls complete() exactly once. Not for: the public API (users see only Handle).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -16,11 +17,26 @@
 
 namespace kolo::detail {
 
+struct HandleState;
+
+// What a blocking wait() may do before it sleeps: run the runtime's negotiation cycles on
+// the waiting thread (Runtime's caller-run cycles). It returns when the handle finished,
+// or when this thread cannot or should not go on (then wait() sleeps as usual).
+class CycleHelper {
+ public:
+  virtual ~CycleHelper() = default;
+  virtual void help(const HandleState& state) = 0;
+};
+
 struct HandleState {
   std::string name;  // set before the handle is returned; constant afterwards
   mutable std::mutex mu;
   std::condition_variable cv;
   bool done KOLO_GUARDED_BY(mu) = false;
+  // `done`, readable without the mutex (a helping waiter polls it); set with it.
+  std::atomic<bool> finished{false};
+  // The runtime's, set before the handle is returned; empty once the runtime is gone.
+  std::weak_ptr<CycleHelper> helper;
   ErrorCode code KOLO_GUARDED_BY(mu) = ErrorCode::kOk;
   std::string message KOLO_GUARDED_BY(mu);
   // Results: written by the background thread before complete(), read by callers after

@@ -16,6 +16,11 @@ constexpr std::chrono::milliseconds kHeartbeat(100);
 // Bounds each sleep on the bell, so that a lost wake-up (there should be none) costs at
 // most this.
 constexpr std::chrono::seconds kLongestSleep(1);
+// Within kActive of the last cycle's start the background thread sleeps lightly: it looks
+// again after kLightNap on its own, so a submit does not have to wake it (a caller that
+// waits at once runs the cycle itself; one that does not waits at most this long).
+constexpr std::chrono::milliseconds kActive(2);
+constexpr std::chrono::microseconds kLightNap(100);
 
 }  // namespace
 
@@ -65,6 +70,16 @@ void Inbox::set_bell(transport::CycleBell* bell) {
   bell_ = bell;
 }
 
+bool Inbox::has_work_now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return has_work() || stop_;
+}
+
+void Inbox::wake_if(bool force, std::uint64_t cycles) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bell_ && (force || has_work() || stop_ || bell_->requested() > cycles)) bell_->wake_local();
+}
+
 bool Inbox::has_bell() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bell_ != nullptr;
@@ -75,13 +90,14 @@ void Inbox::clear() {
   requests_.clear();
 }
 
-Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, bool must_cycle, bool timeline) {
+Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, const bool& must_cycle, bool timeline) {
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::milli>(cycle_time_ms));
   Work work;
   if (bell_) {
     const TimePoint heartbeat = waiting ? last_start_ + kHeartbeat : TimePoint::max();
     wait_for_cycle(must_cycle, heartbeat, last_start_ + cycle_time, timeline, &work);
+    if (gate_ && gate_->ended) return work;  // no cycle: the runtime stops
   } else {
     wait_for_work(std::max<std::chrono::steady_clock::duration>(idle_wait_, cycle_time),
                   last_start_ + cycle_time, timeline, &work);
@@ -110,24 +126,58 @@ void Pacer::wait_for_work(std::chrono::steady_clock::duration idle_wait, TimePoi
   take(timeline, work);
 }
 
-void Pacer::wait_for_cycle(bool must_cycle, TimePoint heartbeat, TimePoint not_before,
+void Pacer::wait_for_cycle(const bool& must_cycle, TimePoint heartbeat, TimePoint not_before,
                            bool timeline, Work* work) {
   transport::CycleBell& bell = *bell_;
-  const std::uint64_t done = cycle_number_;
-  bool ask = must_cycle;
+  bool ask = false;
+  // Local work submitted during a light nap gets one more nap: its submitter may be about
+  // to wait for it and run the cycle itself.
+  std::uint32_t napped_at = 0;
+  bool napped_light = false, deferred = false;
   for (;;) {
     // The ticket is read before looking, so news that comes after the look ends the wait.
+    // A caller may have run cycles while this thread slept: the count is read each time.
     const std::uint32_t ticket = bell.ticket();
-    if (bell.requested() > done) break;
-    {
-      std::lock_guard<std::mutex> lock(inbox_.mu_);
-      if (inbox_.has_work() || inbox_.stop_) ask = true;
-    }
+    if (gate_ && gate_->ended) return;
+    if (bell.requested() > cycle_number_) break;
     const auto now = std::chrono::steady_clock::now();
-    if (now >= heartbeat) ask = true;
+    ask = must_cycle || now >= heartbeat;
+    if (!ask && inbox_.has_work_now()) {
+      ask = !napped_light || deferred || ticket == napped_at || inbox_.stop_requested();
+      deferred = !ask;
+    }
     if (ask) break;
-    bell.wait(ticket, std::min(heartbeat, now + kLongestSleep));
+    const bool light = gate_ != nullptr && (deferred || now - last_start_ < kActive);
+    napped_at = ticket;
+    napped_light = light;
+    const TimePoint until = std::min(heartbeat, now + (light ? kLightNap : kLongestSleep));
+    if (gate_) gate_->mu.unlock();
+    bell.wait(ticket, until, light);
+    if (gate_) relock(until);
   }
+  start(ask, not_before, timeline, work);
+}
+
+void Pacer::relock(TimePoint until) {
+  for (;;) {
+    if (gate_->mu.try_lock()) return;
+    const std::uint32_t ticket = bell_->ticket();
+    // Not a caller: the one that holds it is leaving (it clears `helper` first).
+    if (!gate_->helper.load(std::memory_order_seq_cst)) {
+      gate_->mu.lock();
+      return;
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      gate_->mu.lock();
+      return;
+    }
+    bell_->wait(ticket, until);
+  }
+}
+
+void Pacer::start(bool ask, TimePoint not_before, bool timeline, Work* work) {
+  transport::CycleBell& bell = *bell_;
+  const std::uint64_t done = cycle_number_;
   std::unique_lock<std::mutex> lock(inbox_.mu_);
   if (ask) {
     // KOLO_CYCLE_TIME_MS, as in wait_for_work. Another rank's request is not delayed: it
@@ -138,6 +188,17 @@ void Pacer::wait_for_cycle(bool must_cycle, TimePoint heartbeat, TimePoint not_b
     bell.request(done + 1);
   }
   take(timeline, work);
+}
+
+bool Pacer::try_start(double cycle_time_ms, bool must_cycle, bool timeline, Work* work) {
+  if (!bell_ || cycle_time_ms > 0) return false;
+  const bool asked = bell_->requested() > cycle_number_;
+  const bool ask = !asked && (must_cycle || inbox_.has_work_now());
+  if (!asked && !ask) return false;
+  start(ask, TimePoint{}, timeline, work);
+  last_start_ = std::chrono::steady_clock::now();
+  ++cycle_number_;
+  return true;
 }
 
 void Pacer::take(bool timeline, Work* work) {

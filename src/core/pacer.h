@@ -12,6 +12,7 @@
 // (Runtime's cycle step, controller.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -43,6 +44,11 @@ class Inbox {
   // that owns it is gone.
   void set_bell(transport::CycleBell* bell);
   bool has_bell() const;
+  // Whether requests wait to be taken (not held back by hold()), or stop was requested.
+  bool has_work_now() const;
+  // Rings the bell (when set) if `force`, or if a cycle is due: requests wait, or some
+  // rank asked for a cycle after the first `cycles` (a caller leaving the CycleGate).
+  void wake_if(bool force, std::uint64_t cycles);
   // Drops the queued requests (their handles are failed by the runtime).
   void clear();
 
@@ -59,7 +65,16 @@ class Inbox {
   transport::CycleBell* bell_ KOLO_GUARDED_BY(mu_) = nullptr;
 };
 
-// Background thread only.
+// Who runs the next negotiation cycle: the background thread, or a thread blocked in
+// Handle::wait() (caller-run cycles, runtime.h). Whoever runs a cycle, or looks at the
+// Pacer's state, holds `mu`; the background thread lets go of it only while it sleeps.
+struct CycleGate {
+  std::mutex mu;
+  std::atomic<bool> helper{false};  // a waiting caller holds `mu`
+  bool ended = false;               // (mu) a caller's cycle ended the loop: the thread stops
+};
+
+// Used under the CycleGate when there is one (else by the background thread only).
 class Pacer {
  public:
   // `bell`: on-demand cycling (null: timer-driven, as over MPI).
@@ -73,7 +88,14 @@ class Pacer {
   // Waits until the next cycle is due and starts it. `waiting`: operations of this rank
   // wait for other ranks (bell: keep a heartbeat); `must_cycle`: the controller has news
   // for the next cycle (bell); `timeline`: also return the names taken.
-  Work next(double cycle_time_ms, bool waiting, bool must_cycle, bool timeline);
+  // With a gate (set_gate), it is held on entry and on return, and let go while asleep.
+  Work next(double cycle_time_ms, bool waiting, const bool& must_cycle, bool timeline);
+  // A caller that holds the gate: starts the next cycle if one is due now (another rank
+  // asked for it, or this rank has news), without waiting; false when none is (or when
+  // KOLO_CYCLE_TIME_MS > 0 holds work back: the background thread paces that).
+  bool try_start(double cycle_time_ms, bool must_cycle, bool timeline, Work* work);
+  void set_gate(CycleGate* gate) { gate_ = gate; }
+  transport::CycleBell* bell() const { return bell_; }
   // After each cycle: `idle` (no work anywhere) lengthens the timer's wait.
   void cycle_done(bool idle);
 
@@ -84,13 +106,19 @@ class Pacer {
   using TimePoint = std::chrono::steady_clock::time_point;
   void wait_for_work(std::chrono::steady_clock::duration idle_wait, TimePoint not_before,
                      bool timeline, Work* work);
-  void wait_for_cycle(bool must_cycle, TimePoint heartbeat, TimePoint not_before, bool timeline,
-                      Work* work);
+  void wait_for_cycle(const bool& must_cycle, TimePoint heartbeat, TimePoint not_before,
+                      bool timeline, Work* work);
+  // Takes the gate back after a sleep (see next()): at once when it is free, else sleeps
+  // on the bell while a caller holds it (it rings when it leaves work behind).
+  void relock(TimePoint until);
+  // Asks the other ranks for the next cycle unless one did, and takes this rank's work.
+  void start(bool ask, TimePoint not_before, bool timeline, Work* work);
   // Moves the queued requests (unless held) into `work`.
   void take(bool timeline, Work* work) KOLO_REQUIRES(inbox_.mu_);
 
   Inbox& inbox_;
   transport::CycleBell* const bell_;
+  CycleGate* gate_ = nullptr;
   std::chrono::steady_clock::duration idle_wait_;
   TimePoint last_start_{};
   std::uint64_t cycle_number_ = 0;

@@ -38,7 +38,34 @@ std::string shutdown_message(const std::vector<int>& shutdown_ranks,
          "data early calls kolo::join()).";
 }
 
+// This thread runs a negotiation cycle now (a wait() nested in one must not help again).
+thread_local bool t_in_cycle = false;
+
+// How long a helping waiter looks for a due cycle before it sleeps: about one round trip
+// of a peer's cycle, so that lockstep ranks keep running their own.
+constexpr std::chrono::microseconds kHelpSpin(30);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
+
+// The handles' CycleHelper. Owns the gate, so a waiter that holds the helper may lock it
+// after the Runtime is gone (it then finds `runtime` null).
+struct Runtime::Helper final : detail::CycleHelper {
+  CycleGate gate;
+  Runtime* runtime = nullptr;  // (gate.mu) null once the Runtime is destroyed
+
+  void help(const detail::HandleState& state) override {
+    if (t_in_cycle) return;
+    std::unique_lock<std::mutex> lock(gate.mu, std::try_to_lock);
+    if (!lock.owns_lock() || runtime == nullptr) return;  // a cycle runs elsewhere: sleep
+    runtime->help(state, lock);
+  }
+};
 
 Status workers_changed(const std::string& why) {
   return Status(ErrorCode::kWorkersChanged,
@@ -48,12 +75,19 @@ Status workers_changed(const std::string& why) {
 }
 
 Runtime::Runtime(Config config, CommunicatorFactory factory)
-    : config_(std::move(config)), factory_(std::move(factory)) {
+    : config_(std::move(config)),
+      factory_(std::move(factory)),
+      helper_(std::make_shared<Helper>()) {
   tunables_.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   tunables_.cycle_time_ms = config_.cycle_time_ms;
+  helper_->runtime = this;
 }
 
-Runtime::~Runtime() { shutdown(); }
+Runtime::~Runtime() {
+  shutdown();
+  std::lock_guard<std::mutex> lock(helper_->gate.mu);  // after any helping waiter
+  helper_->runtime = nullptr;
+}
 
 Status Runtime::start() {
   thread_ = std::thread([this] { loop(); });
@@ -97,6 +131,7 @@ Status Runtime::submit_entry(Request request, std::vector<TensorView> inputs,
   auto entry = std::make_shared<Entry>();
   entry->handle = std::make_shared<detail::HandleState>();
   entry->handle->name = request.name;
+  entry->handle->helper = helper_;
   entry->handle->times.enqueued = Handle::Clock::now();
   // The messages are built only when a check fails (submit is on every step's path).
   const auto what = [&request] {
@@ -417,9 +452,54 @@ void Runtime::loop() {
     loop.autotuner = std::make_unique<Autotuner>(tunables_, options);
   }
   loop.peer_timeout = seconds_duration(config_.peer_timeout_seconds);
-  while (run_cycle(loop)) {
+  {
+    // Held from here on but while the pacer sleeps: callers run cycles only then.
+    std::unique_lock<std::mutex> gate(helper_->gate.mu);
+    // Without callers that may help, the pacer needs no gate (nor light sleeps).
+    if (bell && comm_->calls_from_any_thread()) {
+      loop.pacer.set_gate(&helper_->gate);
+      loop_ = &loop;
+    }
+    while (run_cycle(loop)) {
+    }
+    loop_ = nullptr;
   }
   stop(loop);
+}
+
+void Runtime::help(const detail::HandleState& state, std::unique_lock<std::mutex>& gate_lock) {
+  CycleGate& gate = helper_->gate;
+  if (loop_ == nullptr || gate.ended) return;
+  Loop& loop = *loop_;
+  gate.helper.store(true, std::memory_order_seq_cst);
+  loop.pacer.bell()->set_helper_awake(true);  // rings need wake no one: this thread looks
+  t_in_cycle = true;
+  log::set_thread_rank(topology_.rank);
+  auto idle_until = std::chrono::steady_clock::now() + kHelpSpin;
+  while (!state.finished.load(std::memory_order_acquire)) {
+    const bool timeline = timeline_.active();
+    Pacer::Work work;
+    if (loop.pacer.try_start(tunables_.cycle_time_ms, loop.must_cycle, timeline, &work)) {
+      if (!cycle_step(loop, std::move(work), timeline)) {
+        caller_cycles_.fetch_add(1, std::memory_order_relaxed);
+        gate.ended = true;  // the background thread stops the runtime
+        break;
+      }
+      caller_cycles_.fetch_add(1, std::memory_order_relaxed);
+      idle_until = std::chrono::steady_clock::now() + kHelpSpin;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= idle_until) break;
+    cpu_relax();
+  }
+  const std::uint64_t cycles = loop.pacer.cycle_number();
+  const bool force = gate.ended || loop.must_cycle;
+  t_in_cycle = false;
+  loop.pacer.bell()->set_helper_awake(false);
+  gate.helper.store(false, std::memory_order_seq_cst);
+  gate_lock.unlock();
+  // What came in meanwhile is the background thread's again (it may sleep: ring it).
+  inbox_.wake_if(force, cycles);
 }
 
 bool Runtime::run_cycle(Loop& loop) {
@@ -430,6 +510,11 @@ bool Runtime::run_cycle(Loop& loop) {
   }
   const bool timeline = timeline_.active();
   Pacer::Work work = loop.pacer.next(tunables_.cycle_time_ms, waiting, loop.must_cycle, timeline);
+  if (helper_->gate.ended) return false;  // a caller's cycle ended the loop
+  return cycle_step(loop, std::move(work), timeline);
+}
+
+bool Runtime::cycle_step(Loop& loop, Pacer::Work work, bool timeline) {
   const auto cycle_start = loop.pacer.cycle_start();
   bool idle = true;
   double busy_bytes = 0;

@@ -4,11 +4,18 @@
 // throwing front) and get Handles; one background thread owns the communicator and runs
 // negotiation cycles: the pacer (pacer.h) says when, the controllers (controller.h, one
 // per process set this rank is in) negotiate, the executor (executor.h) runs the
-// responses and the handles complete. The
+// responses and the handles complete.
+//
+// Caller-run cycles: when the communicator may be called from any thread and cycles run
+// on demand (a CycleBell), a thread blocked in Handle::wait() runs the cycles that are
+// due itself, one at a time with the background thread (CycleGate), until its handle
+// finishes or nothing is due for a few microseconds; then it sleeps as before. A
+// submit-then-wait costs no hand-off between threads (two wake-ups each way). The
 // public free functions in include/kolo/kolo.h use one default Runtime; tests create
 // several, one per rank, over the inproc transport.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -88,6 +95,8 @@ class Runtime {
   // CycleBell and KOLO_CYCLE_ON_DEMAND=1) rather than on a timer. For tests and logs.
   std::uint64_t cycles() const;
   bool cycles_on_demand() const;
+  // Of those, the cycles that a thread blocked in Handle::wait() ran itself.
+  std::uint64_t caller_cycles() const { return caller_cycles_.load(); }
 
   // Rank 0 writes a Chrome-trace timeline to `path` (see timeline.h); other ranks ignore
   // these calls. start_timeline fails (kInvalidArgument) when the file cannot be opened.
@@ -106,14 +115,20 @@ class Runtime {
   void hold_requests(bool hold);
 
  private:
-  struct Loop;  // the background thread's state (runtime.cc)
+  struct Loop;    // the background thread's state (runtime.cc)
+  struct Helper;  // the handles' CycleHelper: caller-run cycles (runtime.cc)
   void loop();
   // Creates the communicator and publishes the topology and the bell of on-demand cycling
   // (*bell, null without it); false if that failed.
   bool start_transport(transport::CycleBell** bell);
-  // One negotiation cycle: waits for it (pacer), negotiates every process set, executes
-  // the responses, feeds autotune. Returns whether the loop goes on.
+  // One negotiation cycle: waits for it (pacer), then cycle_step. Returns whether the loop
+  // goes on.
   bool run_cycle(Loop& loop);
+  // A started cycle: negotiates every process set, executes the responses, feeds
+  // autotune. Under the CycleGate. Returns whether the loop goes on.
+  bool cycle_step(Loop& loop, Pacer::Work work, bool timeline);
+  // Caller-run cycles for a waiter of `state`, with the gate held (`gate` is its lock).
+  void help(const detail::HandleState& state, std::unique_lock<std::mutex>& gate);
   // After a cycle: statistics, and the tunables every rank switches to at this cycle.
   void finish_cycle(Loop& loop, const Tunables* next);
   // Fails what is pending with the loop's error (or the shutdown message) and releases
@@ -151,10 +166,14 @@ class Runtime {
   CommunicatorFactory factory_;
   // Written by the background thread before start() returns; constant afterwards.
   transport::Topology topology_;
-  std::unique_ptr<transport::Communicator> comm_;  // background thread only
+  // Used by the thread that runs a cycle (under the CycleGate once the loop runs).
+  std::unique_ptr<transport::Communicator> comm_;
   std::thread thread_;
-  Timeline timeline_;  // thread-safe; records come from the background thread
-  Inbox inbox_;        // thread-safe: new requests, stop and hold
+  Timeline timeline_;               // thread-safe; records come from the background thread
+  Inbox inbox_;                     // thread-safe: new requests, stop and hold
+  std::shared_ptr<Helper> helper_;  // its gate orders the cycles; handles hold it weakly
+  Loop* loop_ = nullptr;            // (the gate) while the loop runs and callers may help
+  std::atomic<std::uint64_t> caller_cycles_{0};
 
   mutable std::mutex mu_;
   std::condition_variable started_cv_;

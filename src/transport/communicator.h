@@ -171,6 +171,11 @@ class Communicator {
   // runtime cycles on a timer while any rank is busy. Owned by the communicator; its
   // wake_local() may be called from any thread of this rank.
   virtual CycleBell* cycle_bell() { return nullptr; }
+  // True when any thread may make this communicator's calls, one at a time (the caller
+  // orders each call after the previous one, e.g. under a mutex). The runtime then lets a
+  // thread blocked in Handle::wait() run negotiation cycles itself instead of handing each
+  // one to the background thread and back. False (the default): one thread only.
+  virtual bool calls_from_any_thread() const { return false; }
 
   // Bitwise AND of `words` across ranks, result on every rank. A rank that does not
   // arrive by the deadline is named in the error on every rank that can know it.

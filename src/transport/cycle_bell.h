@@ -39,7 +39,14 @@ class CycleBell {
   virtual std::uint64_t requested() const = 0;
   // Background thread: sleeps until wake_local(), request() by another rank, or `until`,
   // unless something happened since `ticket` was read. May return early (spuriously).
-  virtual void wait(std::uint32_t ticket, Clock::time_point until) = 0;
+  // `light`: the caller looks again by `until` (soon) on its own, so wake_local() need not
+  // wake it (a submit then costs no system call); request() by another rank still does.
+  virtual void wait(std::uint32_t ticket, Clock::time_point until, bool light) = 0;
+  void wait(std::uint32_t ticket, Clock::time_point until) { wait(ticket, until, false); }
+  // A thread of this rank other than the sleeper (a caller running cycles) watches
+  // requested() and its own work while `awake`: rings then wake no one. After clearing it,
+  // that thread rings wake_local() if it leaves anything due.
+  virtual void set_helper_awake(bool awake) = 0;
 };
 
 class FutexCycleBell final : public CycleBell {
@@ -52,10 +59,12 @@ class FutexCycleBell final : public CycleBell {
   std::uint32_t ticket() const override;
   void request(std::uint64_t cycle) override;
   std::uint64_t requested() const override;
-  void wait(std::uint32_t ticket, Clock::time_point until) override;
+  void wait(std::uint32_t ticket, Clock::time_point until, bool light) override;
+  using CycleBell::wait;
+  void set_helper_awake(bool awake) override;
 
  private:
-  void ring(int r);
+  void ring(int r, std::uint32_t quiet);
 
   std::uint64_t* requested_;
   std::vector<std::uint32_t*> rings_;

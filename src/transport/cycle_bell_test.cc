@@ -114,5 +114,38 @@ TEST(CycleBellTest, ManyHandOffsLoseNoWakeUp) {
   EXPECT_EQ(timeouts, 0);
 }
 
+// A light sleep lets local news wait (wake_local() wakes no one; the sleeper looks again
+// at its short `until`), but a peer's request still wakes it. With a helper awake (a
+// caller of this rank watching requested() itself), neither wakes the sleeper; after the
+// helper clears it, wake_local() wakes a deep sleeper at once.
+TEST(CycleBellTest, LightSleepsAndAwakeHelpersSkipTheWakeUp) {
+  Words w;
+  FutexCycleBell a = w.bell(0), b = w.bell(1);
+  auto slept = [&](bool light, auto&& poke) {
+    std::atomic<bool> asleep{false};
+    std::chrono::steady_clock::duration took{};
+    std::thread sleeper([&] {
+      const std::uint32_t t = b.ticket();
+      asleep = true;
+      const auto start = std::chrono::steady_clock::now();
+      b.wait(t, start + 400ms, light);
+      took = std::chrono::steady_clock::now() - start;
+    });
+    while (!asleep.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(30ms);  // in FUTEX_WAIT by now
+    poke();
+    sleeper.join();
+    return took;
+  };
+  EXPECT_GE(slept(true, [&] { b.wake_local(); }), 350ms);  // local news waits
+  EXPECT_LT(slept(true, [&] { a.request(1); }), 300ms);    // a peer's request wakes
+  EXPECT_LT(slept(false, [&] { b.wake_local(); }), 300ms);
+  b.set_helper_awake(true);
+  EXPECT_GE(slept(false, [&] { a.request(2); }), 350ms);
+  EXPECT_GE(slept(false, [&] { b.wake_local(); }), 350ms);
+  b.set_helper_awake(false);
+  EXPECT_LT(slept(false, [&] { b.wake_local(); }), 300ms);
+}
+
 }  // namespace
 }  // namespace kolo::transport

@@ -112,6 +112,8 @@ class GlooCommunicator final : public Communicator {
                        DataType dtype, ReduceOp op, Deadline deadline) override;
   Status barrier(Deadline deadline) override;
   bool reduces_pieces() const override { return true; }
+  // Gloo's pairs and buffers are not tied to a thread.
+  bool calls_from_any_thread() const override { return true; }
   Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                           Deadline deadline) override;
 

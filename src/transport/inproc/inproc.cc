@@ -106,6 +106,7 @@ class InprocCommunicator final : public Communicator {
   }
 
   CycleBell* cycle_bell() override { return &bell_; }
+  bool calls_from_any_thread() const override { return true; }
 
   Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override {
     std::vector<std::uint64_t> result = words;

@@ -53,6 +53,11 @@ const char* thread_level_name(int level) {
 
 }  // namespace
 
+bool MpiCommunicator::calls_from_any_thread() const {
+  int provided = MPI_THREAD_SINGLE;
+  return MPI_Query_thread(&provided) == MPI_SUCCESS && provided >= MPI_THREAD_SERIALIZED;
+}
+
 Status MpiCommunicator::create(const MpiOptions& options, std::unique_ptr<Communicator>* out) {
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator());
   KOLO_RETURN_IF_ERROR(comm->init(options));

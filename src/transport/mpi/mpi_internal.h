@@ -122,6 +122,8 @@ class MpiCommunicator final : public Communicator {
 
   const Topology& topology() const override { return topology_; }
   const char* name() const override { return "mpi"; }
+  // MPI_THREAD_SERIALIZED or better (kolo asks for MULTIPLE when it initialises MPI).
+  bool calls_from_any_thread() const override;
 
   Status allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
                    Deadline deadline) override;

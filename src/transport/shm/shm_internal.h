@@ -67,6 +67,8 @@ class ShmCommunicator final : public Communicator {
   Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                           Deadline deadline) override;
   CycleBell* cycle_bell() override { return &bell_; }
+  // The segment's calls are thread-agnostic; delegated ones are the base's.
+  bool calls_from_any_thread() const override { return base_->calls_from_any_thread(); }
 
   Status control_and(std::vector<std::uint64_t>& words, Deadline deadline) override;
   Status control_gather(const std::string& mine, std::vector<std::string>* all,
