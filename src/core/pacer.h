@@ -110,7 +110,7 @@ class Pacer {
                       bool timeline, Work* work);
   // Takes the gate back after a sleep (see next()): at once when it is free, else sleeps
   // on the bell while a caller holds it (it rings when it leaves work behind).
-  void relock(TimePoint until);
+  void relock();
   // Asks the other ranks for the next cycle unless one did, and takes this rank's work.
   void start(bool ask, TimePoint not_before, bool timeline, Work* work);
   // Moves the queued requests (unless held) into `work`.

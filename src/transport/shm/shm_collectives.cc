@@ -21,6 +21,13 @@
 // the own slice, in cache right after the reduction. Regions only ever hold prescaled
 // inputs and unscaled sums, so it mixes with the other paths too.
 //
+// Small allreduces (at most kSmallBytes, without a stage) skip all that: each rank copies
+// its (prescaled) input into its slot of the small area, one barrier, and every rank
+// reduces all n slots into its outputs, in rank order again (the same bits). Slots
+// alternate between two parities: a rank writes a parity again only after the barrier of
+// the collective in between, which every rank reaches only after it finished reading
+// that parity (as in control_and). One barrier instead of two, and no copy back out.
+//
 // allreduce_staged (for the hierarchical transport) splits the one pass in two: the whole
 // slice is reduced, a stage runs on it (the cross-host allreduce of that slice), then it
 // is copied to the other regions; the barriers are the same.
@@ -153,6 +160,11 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
   const std::size_t bytes = count * es;
   char* region = seg_.region(rank());
   const std::size_t region_bytes = seg_.region_bytes();
+  if (stage == nullptr && bytes <= kSmallBytes &&
+      (buffer == region || !overlaps(buffer, bytes, region, region_bytes))) {
+    return small_allreduce({AllreducePiece{.in = buffer, .out = buffer, .count = count}}, dtype, op,
+                           deadline);
+  }
   if (buffer == region && bytes <= region_bytes) {
     // In place, in the copy path's chunks; chunk [off, off + m) lies at `off`.
     const std::size_t chunk = copy_chunk(es);
@@ -185,7 +197,35 @@ Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& piec
     }
     return Status::OK();
   }
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.count;
+  if (total == 0) return Status::OK();  // as allreduce() of nothing: no barrier
+  if (total * dtype_size(dtype) <= kSmallBytes) return small_allreduce(pieces, dtype, op, deadline);
   return copy_path(pieces, dtype, op, nullptr, deadline);
+}
+
+Status ShmCommunicator::small_allreduce(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                        ReduceOp op, Deadline deadline) {
+  const int n = size(), p = small_parity_;
+  small_parity_ ^= 1;
+  const std::size_t es = dtype_size(dtype);
+  char* to = seg_.small(p, rank());
+  for (const auto& piece : pieces) {
+    scale_into(to, piece.in, piece.count, dtype, piece.prescale);
+    to += piece.count * es;
+  }
+  KOLO_RETURN_IF_ERROR(barrier_.sync("allreduce", deadline));
+  std::size_t at = 0;  // bytes into every slot
+  for (const auto& piece : pieces) {
+    if (piece.count == 0) continue;
+    for (int r = 0; r < n; ++r) srcs_[r] = seg_.small(p, r) + at;
+    reduce_many(piece.out, srcs_.data(), n, piece.count, dtype, op);
+    if (piece.postscale != 1.0 || piece.divisor != 1.0) {
+      scale(piece.out, piece.count, dtype, piece.postscale, piece.divisor);
+    }
+    at += piece.count * es;
+  }
+  return Status::OK();
 }
 
 // The chunks are cut from the pieces' concatenation; the other ranks' slices are copied

@@ -87,6 +87,11 @@ class ShmCommunicator final : public Communicator {
   // rank's slice reduced from the inputs into the outputs. `stage` needs a single piece.
   Status copy_path(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                    const SliceStage* stage, Deadline deadline);
+  // Allreduces of at most kSmallBytes (every rank decides alike, from the size): the
+  // pieces, prescaled, into this rank's slot of the small area (alternating parities);
+  // one barrier; every rank reduces all n slots into its outputs and scales them.
+  Status small_allreduce(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                         Deadline deadline);
   // Elements of `es` bytes per chunk of the copy paths (see kCopyChunkBudget).
   std::size_t copy_chunk(std::size_t es) const;
   // Where this rank's own slice of a chunk is read from and written to when that is not
@@ -117,6 +122,7 @@ class ShmCommunicator final : public Communicator {
   Barrier barrier_;
   FutexCycleBell bell_;
   int parity_ = 0;                 // control area of the next control_and
+  int small_parity_ = 0;           // small area of the next small_allreduce
   std::string base_failure_;       // set when the base communicator failed
   std::vector<const void*> srcs_;  // scratch: one pointer per rank
   std::vector<char*> chunks_;      // scratch: where each rank's chunk lies in its region

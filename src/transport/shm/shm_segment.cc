@@ -23,7 +23,7 @@ namespace kolo::transport::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x316d68736f6c6f6bull;  // "kolos hm1", little-endian
-constexpr std::uint32_t kVersion = 3;
+constexpr std::uint32_t kVersion = 4;
 // The regions are reserved in steps of this many bytes, so that closing the segment
 // abandons the rest within one step.
 constexpr std::size_t kReserveStep = 16 << 20;
@@ -56,7 +56,8 @@ Layout Layout::compute(int size, std::size_t region_bytes) {
   l.region_bytes = region_bytes;
   l.slots = 6 * kLine;  // Meta, Wake, Abort (4 lines)
   l.control = l.slots + kLine * static_cast<std::size_t>(size);
-  l.regions = round_up(l.control + 2 * kControlBytes * static_cast<std::size_t>(size), kPage);
+  l.small = round_up(l.control + 2 * kControlBytes * static_cast<std::size_t>(size), kPage);
+  l.regions = round_up(l.small + 2 * kSmallBytes * static_cast<std::size_t>(size), kPage);
   l.total = l.regions + region_bytes * static_cast<std::size_t>(size);
   return l;
 }

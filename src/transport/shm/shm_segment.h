@@ -7,6 +7,7 @@
 //   Abort     first failure report: state, reporter, text         (4 lines)
 //   slots     per-rank arrival epoch, pid, cycle bell word, chunk base (n lines)
 //   control   2 parities x n ranks x kControlBytes (control_and)
+//   small     2 parities x n ranks x kSmallBytes (allreduces of at most kSmallBytes)
 //   regions   n data regions of R bytes, each 4 KiB aligned
 // Hot words sit 128 bytes apart (two cache lines: Intel's adjacent-line prefetcher
 // pairs lines, so 64 bytes would still share).
@@ -33,6 +34,8 @@ namespace kolo::transport::shm {
 
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kControlBytes = 4096;  // per rank and parity: 512 words
+// Allreduces of at most this many bytes take the one-barrier path (shm_collectives.cc).
+inline constexpr std::size_t kSmallBytes = 64 << 10;
 inline constexpr std::size_t kAbortText = 3 * kLine - 8;
 inline constexpr std::size_t kMinRegion = std::size_t{1} << 20;
 
@@ -73,7 +76,7 @@ struct alignas(kLine) RankSlot {
 struct Layout {
   int size = 0;
   std::size_t region_bytes = 0;
-  std::size_t slots = 0, control = 0, regions = 0, total = 0;
+  std::size_t slots = 0, control = 0, small = 0, regions = 0, total = 0;
   static Layout compute(int size, std::size_t region_bytes);
 };
 
@@ -138,6 +141,10 @@ class Segment {
     return reinterpret_cast<std::uint64_t*>(base_ + layout_.control + index * kControlBytes);
   }
   char* region(int rank) const { return base_ + layout_.regions + layout_.region_bytes * rank; }
+  char* small(int parity, int rank) const {
+    const std::size_t index = static_cast<std::size_t>(parity) * layout_.size + rank;
+    return base_ + layout_.small + index * kSmallBytes;
+  }
 
  private:
   Status map(int fd, std::size_t bytes);
