@@ -95,8 +95,7 @@ Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, const bool& must_cyc
       std::chrono::duration<double, std::milli>(cycle_time_ms));
   Work work;
   if (bell_) {
-    const TimePoint heartbeat = waiting ? last_start_ + kHeartbeat : TimePoint::max();
-    wait_for_cycle(must_cycle, heartbeat, last_start_ + cycle_time, timeline, &work);
+    wait_for_cycle(must_cycle, waiting, last_start_ + cycle_time, timeline, &work);
     if (gate_ && gate_->ended) return work;  // no cycle: the runtime stops
   } else {
     wait_for_work(std::max<std::chrono::steady_clock::duration>(idle_wait_, cycle_time),
@@ -126,7 +125,7 @@ void Pacer::wait_for_work(std::chrono::steady_clock::duration idle_wait, TimePoi
   take(timeline, work);
 }
 
-void Pacer::wait_for_cycle(const bool& must_cycle, TimePoint heartbeat, TimePoint not_before,
+void Pacer::wait_for_cycle(const bool& must_cycle, bool waiting, TimePoint not_before,
                            bool timeline, Work* work) {
   transport::CycleBell& bell = *bell_;
   bool ask = false;
@@ -141,6 +140,11 @@ void Pacer::wait_for_cycle(const bool& must_cycle, TimePoint heartbeat, TimePoin
     if (gate_ && gate_->ended) return;
     if (bell.requested() > cycle_number_) break;
     const auto now = std::chrono::steady_clock::now();
+    // A caller's cycles may have started operations that now wait for other ranks (or
+    // finished them): the waiting probe is asked each time, and the heartbeat runs from
+    // the last cycle's start, whoever ran it.
+    if (waiting_) waiting = waiting_();
+    const TimePoint heartbeat = waiting ? last_start_ + kHeartbeat : TimePoint::max();
     ask = must_cycle || now >= heartbeat;
     if (!ask && inbox_.has_work_now()) {
       ask = !napped_light || deferred || ticket == napped_at || inbox_.stop_requested();

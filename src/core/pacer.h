@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -95,6 +96,9 @@ class Pacer {
   // KOLO_CYCLE_TIME_MS > 0 holds work back: the background thread paces that).
   bool try_start(double cycle_time_ms, bool must_cycle, bool timeline, Work* work);
   void set_gate(CycleGate* gate) { gate_ = gate; }
+  // With a gate: whether this rank's operations wait for other ranks, asked while the
+  // pacer waits (a caller's cycles change it).
+  void set_waiting_probe(std::function<bool()> probe) { waiting_ = std::move(probe); }
   transport::CycleBell* bell() const { return bell_; }
   // After each cycle: `idle` (no work anywhere) lengthens the timer's wait.
   void cycle_done(bool idle);
@@ -106,8 +110,8 @@ class Pacer {
   using TimePoint = std::chrono::steady_clock::time_point;
   void wait_for_work(std::chrono::steady_clock::duration idle_wait, TimePoint not_before,
                      bool timeline, Work* work);
-  void wait_for_cycle(const bool& must_cycle, TimePoint heartbeat, TimePoint not_before,
-                      bool timeline, Work* work);
+  void wait_for_cycle(const bool& must_cycle, bool waiting, TimePoint not_before, bool timeline,
+                      Work* work);
   // Takes the gate back after a sleep (see next()): at once when it is free, else sleeps
   // on the bell while a caller holds it (it rings when it leaves work behind).
   void relock();
@@ -119,6 +123,7 @@ class Pacer {
   Inbox& inbox_;
   transport::CycleBell* const bell_;
   CycleGate* gate_ = nullptr;
+  std::function<bool()> waiting_;
   std::chrono::steady_clock::duration idle_wait_;
   TimePoint last_start_{};
   std::uint64_t cycle_number_ = 0;

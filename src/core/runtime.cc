@@ -1,5 +1,7 @@
 #include "core/runtime.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <optional>
 
@@ -49,6 +51,14 @@ inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+// More ranks on this host than CPUs this process may run on: a spinning waiter would take
+// the CPU of the rank it waits for, so it yields instead.
+bool oversubscribed(int local_size) {
+  cpu_set_t cpus;
+  const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  return usable > 0 && local_size > usable;
 }
 
 }  // namespace
@@ -397,6 +407,7 @@ struct Runtime::Loop {
   FusionBuffer fusion_buffer;
   std::unique_ptr<Autotuner> autotuner;  // rank 0 with KOLO_AUTOTUNE only
   Pacer pacer;
+  bool oversubscribed = false;  // a helping waiter yields its CPU instead of spinning
   std::chrono::steady_clock::duration peer_timeout{};
   bool must_cycle = false;  // a controller has news for the next cycle (bell only)
   // A set other than the global one was busy in the last cycle: the next global cycle
@@ -458,6 +469,11 @@ void Runtime::loop() {
     // Without callers that may help, the pacer needs no gate (nor light sleeps).
     if (bell && comm_->calls_from_any_thread()) {
       loop.pacer.set_gate(&helper_->gate);
+      loop.pacer.set_waiting_probe([this] {
+        std::lock_guard<std::mutex> lock(mu_);
+        return !table_.empty();
+      });
+      loop.oversubscribed = oversubscribed(topology_.local_size);
       loop_ = &loop;
     }
     while (run_cycle(loop)) {
@@ -490,10 +506,17 @@ void Runtime::help(const detail::HandleState& state, std::unique_lock<std::mutex
       continue;
     }
     if (std::chrono::steady_clock::now() >= idle_until) break;
-    cpu_relax();
+    if (loop.oversubscribed) {
+      sched_yield();
+    } else {
+      cpu_relax();
+    }
   }
   const std::uint64_t cycles = loop.pacer.cycle_number();
-  const bool force = gate.ended || loop.must_cycle;
+  // A handle left unfinished waits for other ranks: the background thread takes over its
+  // heartbeat (and notices a dead peer) from now on.
+  const bool force =
+      gate.ended || loop.must_cycle || !state.finished.load(std::memory_order_acquire);
   t_in_cycle = false;
   loop.pacer.bell()->set_helper_awake(false);
   gate.helper.store(false, std::memory_order_seq_cst);
