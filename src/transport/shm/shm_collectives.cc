@@ -21,12 +21,15 @@
 // the own slice, in cache right after the reduction. Regions only ever hold prescaled
 // inputs and unscaled sums, so it mixes with the other paths too.
 //
-// Small allreduces (at most kSmallBytes, without a stage) skip all that: each rank copies
-// its (prescaled) input into its slot of the small area, one barrier, and every rank
-// reduces all n slots into its outputs, in rank order again (the same bits). Slots
-// alternate between two parities: a rank writes a parity again only after the barrier of
-// the collective in between, which every rank reaches only after it finished reading
-// that parity (as in control_and). One barrier instead of two, and no copy back out.
+// Small chunks (at most kSmallBytes, without a stage: a small allreduce, or the last chunk
+// of a larger one) skip all that: each rank copies its (prescaled) part into its slot of
+// the small area, one barrier, and every rank reduces all n slots into its outputs, in
+// rank order again (the same bits). The choice depends on the chunk alone, so a rank that
+// packs a long buffer into region-sized allreduces still meets the others' chunks on the
+// same path. Slots alternate between two parities: a rank writes a parity again only after
+// the barrier of the chunk in between, which every rank reaches only after it finished
+// reading that parity (as in control_and). One barrier instead of two, and no copy back
+// out.
 //
 // allreduce_staged (for the hierarchical transport) splits the one pass in two: the whole
 // slice is reduced, a stage runs on it (the cross-host allreduce of that slice), then it
@@ -169,8 +172,14 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
     // In place, in the copy path's chunks; chunk [off, off + m) lies at `off`.
     const std::size_t chunk = copy_chunk(es);
     for (std::size_t off = 0; off < count; off += chunk) {
-      KOLO_RETURN_IF_ERROR(
-          reduce_regions(std::min(chunk, count - off), off, dtype, op, nullptr, stage, deadline));
+      const std::size_t m = std::min(chunk, count - off);
+      if (stage == nullptr && m * es <= kSmallBytes) {
+        char* at = region + off * es;
+        chunk_pieces_.assign(1, AllreducePiece{.in = at, .out = at, .count = m});
+        KOLO_RETURN_IF_ERROR(small_allreduce(chunk_pieces_, dtype, op, deadline));
+        continue;
+      }
+      KOLO_RETURN_IF_ERROR(reduce_regions(m, off, dtype, op, nullptr, stage, deadline));
     }
     return Status::OK();
   }
@@ -253,6 +262,19 @@ Status ShmCommunicator::copy_path(const std::vector<AllreducePiece>& pieces, Dat
   const std::size_t chunk = copy_chunk(es);
   for (std::size_t off = 0; off < total; off += chunk) {
     const std::size_t m = std::min(chunk, total - off);
+    if (stage == nullptr && m * es <= kSmallBytes) {
+      chunk_pieces_.clear();
+      visit(off, off + m, [&](const AllreducePiece& p, std::size_t at, std::size_t len) {
+        chunk_pieces_.push_back({.in = static_cast<const char*>(p.in) + at * es,
+                                 .out = static_cast<char*>(p.out) + at * es,
+                                 .count = len,
+                                 .prescale = p.prescale,
+                                 .postscale = p.postscale,
+                                 .divisor = p.divisor});
+      });
+      KOLO_RETURN_IF_ERROR(small_allreduce(chunk_pieces_, dtype, op, deadline));
+      continue;
+    }
     const Slice mine = slice(m, es, rank());
     auto copy_in = [&](std::size_t begin, std::size_t end) {
       char* to = region + (begin - off) * es;

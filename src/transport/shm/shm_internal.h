@@ -87,9 +87,10 @@ class ShmCommunicator final : public Communicator {
   // rank's slice reduced from the inputs into the outputs. `stage` needs a single piece.
   Status copy_path(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                    const SliceStage* stage, Deadline deadline);
-  // Allreduces of at most kSmallBytes (every rank decides alike, from the size): the
-  // pieces, prescaled, into this rank's slot of the small area (alternating parities);
-  // one barrier; every rank reduces all n slots into its outputs and scales them.
+  // A chunk of at most kSmallBytes (every rank decides alike, from the chunk's size, which
+  // every path cuts alike): the pieces, prescaled, into this rank's slot of the small area
+  // (alternating parities); one barrier; every rank reduces all n slots into its outputs
+  // and scales them.
   Status small_allreduce(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                          Deadline deadline);
   // Elements of `es` bytes per chunk of the copy paths (see kCopyChunkBudget).
@@ -121,12 +122,13 @@ class ShmCommunicator final : public Communicator {
   Segment seg_;
   Barrier barrier_;
   FutexCycleBell bell_;
-  int parity_ = 0;                 // control area of the next control_and
-  int small_parity_ = 0;           // small area of the next small_allreduce
-  std::string base_failure_;       // set when the base communicator failed
-  std::vector<const void*> srcs_;  // scratch: one pointer per rank
-  std::vector<char*> chunks_;      // scratch: where each rank's chunk lies in its region
-  std::vector<OwnSpan> spans_;     // scratch: the own slice's spans of a chunk
+  int parity_ = 0;                            // control area of the next control_and
+  int small_parity_ = 0;                      // small area of the next small_allreduce
+  std::string base_failure_;                  // set when the base communicator failed
+  std::vector<const void*> srcs_;             // scratch: one pointer per rank
+  std::vector<char*> chunks_;                 // scratch: where each rank's chunk lies in its region
+  std::vector<OwnSpan> spans_;                // scratch: the own slice's spans of a chunk
+  std::vector<AllreducePiece> chunk_pieces_;  // scratch: the pieces' parts in a small chunk
 };
 
 }  // namespace kolo::transport::shm

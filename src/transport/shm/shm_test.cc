@@ -56,13 +56,14 @@ ShmOptions small_regions() {
   return o;
 }
 
-// KOLO_TEST_QUICK=1 (the sanitizer runs): the large allreduces shrink 16 times together
-// with their regions (64 KiB), so they still take the same several chunks; every dtype,
-// op, scaling and path is still run. Under ASan the four pieces tests took 84 s of the
-// unit tests' 467 (docs/ci.md).
+// KOLO_TEST_QUICK=1 (the sanitizer runs): the large allreduces shrink 8 times together
+// with their regions (128 KiB), so they still take the same several chunks; every dtype,
+// op, scaling and path is still run (regions of kSmallBytes, as with 16, would make every
+// chunk a small one). Under ASan the four pieces tests took 84 s of the unit tests' 467
+// without it (docs/ci.md).
 std::size_t quick_divisor() {
   const char* quick = std::getenv("KOLO_TEST_QUICK");
-  return quick && std::string(quick) == "1" ? 16 : 1;
+  return quick && std::string(quick) == "1" ? 8 : 1;
 }
 
 ShmOptions chunking_regions() {
@@ -113,7 +114,7 @@ enum class Path { kCopy, kZeroCopy, kMixed };
 
 void check_allreduce(int n, Path path) {
   const std::set<std::string> before = kolo_segments();
-  // 1 MiB regions: 300000 elements of 4+ bytes take several chunks (quick: a 16th of both).
+  // 1 MiB regions: 300000 elements of 4+ bytes take several chunks (quick: an 8th of both).
   const std::size_t counts[] = {0, 1, 7, 1000, 300000 / quick_divisor()};
   on_shm_ranks(n, chunking_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
     for (DataType dtype : kDtypes) {
@@ -216,13 +217,15 @@ TEST(ShmAllreduceTest, CopyPathReusesTheRegionsFirstChunk) {
 
 // allreduce_pieces against packing: the pieces' concatenation, prescaled, reduced, then
 // postscaled and divided, is what every rank gets, bit for bit; pieces in place and not,
-// empty ones, several chunks (1 MiB regions). With `mixed`, odd ranks take the packed path
+// empty ones, several chunks (1 MiB regions), the last of them small (one barrier) for
+// 4- and 8-byte dtypes, a single chunk for the others. With `mixed`, odd ranks take the packed path
 // (pack into fusion_buffer() with the prescale, allreduce, unpack with the postscale) in
 // the same collectives, as a joined rank does.
 void check_pieces(int n, bool mixed) {
   const std::set<std::string> before = kolo_segments();
-  const std::size_t q = quick_divisor();  // 120000 and 190000 divide by 16
-  const std::size_t sizes[] = {0, 1, 13, 1000, 0, 7, 120000 / q, 33, 190000 / q};
+  const std::size_t q = quick_divisor();  // 120000 and 148944 divide by 8
+  // 269998 elements: 4-byte dtypes take a 1 MiB chunk and 31416 bytes (7616 quick).
+  const std::size_t sizes[] = {0, 1, 13, 1000, 0, 7, 120000 / q, 33, 148944 / q};
   struct Scaling {
     double prescale, postscale, divisor;
   };
