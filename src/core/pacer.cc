@@ -18,8 +18,11 @@ constexpr std::chrono::milliseconds kHeartbeat(100);
 constexpr std::chrono::seconds kLongestSleep(1);
 // Within kActive of the last cycle's start the background thread sleeps lightly: it looks
 // again after kLightNap on its own, so a submit does not have to wake it (a caller that
-// waits at once runs the cycle itself; one that does not waits at most this long).
-constexpr std::chrono::milliseconds kActive(2);
+// waits at once runs the cycle itself; one that does not waits at most this long). Short:
+// with 2 ms (and local work deferred by one more nap) the light naps of a CNN training
+// step's backward pass and optimizer step cost ~15% of its images/s on 2 cores (issue 17,
+// docs/benchmarks.md); 200 us keeps a back-to-back submit-and-wait loop in light naps.
+constexpr std::chrono::microseconds kActive(200);
 constexpr std::chrono::microseconds kLightNap(100);
 
 }  // namespace
@@ -129,10 +132,6 @@ void Pacer::wait_for_cycle(const bool& must_cycle, bool waiting, TimePoint not_b
                            bool timeline, Work* work) {
   transport::CycleBell& bell = *bell_;
   bool ask = false;
-  // Local work submitted during a light nap gets one more nap: its submitter may be about
-  // to wait for it and run the cycle itself.
-  std::uint32_t napped_at = 0;
-  bool napped_light = false, deferred = false;
   for (;;) {
     // The ticket is read before looking, so news that comes after the look ends the wait.
     // A caller may have run cycles while this thread slept: the count is read each time.
@@ -145,15 +144,9 @@ void Pacer::wait_for_cycle(const bool& must_cycle, bool waiting, TimePoint not_b
     // the last cycle's start, whoever ran it.
     if (waiting_) waiting = waiting_();
     const TimePoint heartbeat = waiting ? last_start_ + kHeartbeat : TimePoint::max();
-    ask = must_cycle || now >= heartbeat;
-    if (!ask && inbox_.has_work_now()) {
-      ask = !napped_light || deferred || ticket == napped_at || inbox_.stop_requested();
-      deferred = !ask;
-    }
+    ask = must_cycle || now >= heartbeat || inbox_.has_work_now();
     if (ask) break;
-    const bool light = gate_ != nullptr && (deferred || now - last_start_ < kActive);
-    napped_at = ticket;
-    napped_light = light;
+    const bool light = gate_ != nullptr && now - last_start_ < kActive;
     const TimePoint until = std::min(heartbeat, now + (light ? kLightNap : kLongestSleep));
     if (gate_) gate_->mu.unlock();
     bell.wait(ticket, until, light);
