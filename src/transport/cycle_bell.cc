@@ -39,7 +39,9 @@ void FutexCycleBell::ring(int r, std::uint32_t quiet) {
   }
 }
 
-void FutexCycleBell::wake_local() { ring(rank_, kHelperAwake | kLight); }
+void FutexCycleBell::wake_local(bool even_light) {
+  ring(rank_, even_light ? kHelperAwake : kHelperAwake | kLight);
+}
 
 std::uint32_t FutexCycleBell::ticket() const {
   return at(rings_[rank_]).load(std::memory_order_seq_cst) & ~kFlags;

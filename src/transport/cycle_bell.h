@@ -29,7 +29,10 @@ class CycleBell {
   virtual ~CycleBell() = default;
 
   // Any thread of this rank: wakes this rank's wait() (its thread has local work to look at).
-  virtual void wake_local() = 0;
+  // A light sleep is left to end on its own unless `even_light` (work that is due now: a
+  // caller handing its unfinished cycles back, a stop).
+  virtual void wake_local(bool even_light) = 0;
+  void wake_local() { wake_local(false); }
   // The value to pass to wait(): read it before checking for work, so that work queued
   // after the check wakes the wait.
   virtual std::uint32_t ticket() const = 0;
@@ -55,7 +58,8 @@ class FutexCycleBell final : public CycleBell {
   // cache line apart, zero-initialised, alive as long as the bell). `rank` is this rank.
   FutexCycleBell(std::uint64_t* requested, std::vector<std::uint32_t*> rings, int rank);
 
-  void wake_local() override;
+  void wake_local(bool even_light) override;
+  using CycleBell::wake_local;
   std::uint32_t ticket() const override;
   void request(std::uint64_t cycle) override;
   std::uint64_t requested() const override;

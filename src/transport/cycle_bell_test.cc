@@ -115,7 +115,8 @@ TEST(CycleBellTest, ManyHandOffsLoseNoWakeUp) {
 }
 
 // A light sleep lets local news wait (wake_local() wakes no one; the sleeper looks again
-// at its short `until`), but a peer's request still wakes it. With a helper awake (a
+// at its short `until`), but news that is due now (wake_local(true)) and a peer's request
+// still wake it. With a helper awake (a
 // caller of this rank watching requested() itself), neither wakes the sleeper; after the
 // helper clears it, wake_local() wakes a deep sleeper at once.
 TEST(CycleBellTest, LightSleepsAndAwakeHelpersSkipTheWakeUp) {
@@ -137,8 +138,9 @@ TEST(CycleBellTest, LightSleepsAndAwakeHelpersSkipTheWakeUp) {
     sleeper.join();
     return took;
   };
-  EXPECT_GE(slept(true, [&] { b.wake_local(); }), 350ms);  // local news waits
-  EXPECT_LT(slept(true, [&] { a.request(1); }), 300ms);    // a peer's request wakes
+  EXPECT_GE(slept(true, [&] { b.wake_local(); }), 350ms);      // local news waits
+  EXPECT_LT(slept(true, [&] { b.wake_local(true); }), 300ms);  // unless it is due now
+  EXPECT_LT(slept(true, [&] { a.request(1); }), 300ms);        // a peer's request wakes
   EXPECT_LT(slept(false, [&] { b.wake_local(); }), 300ms);
   b.set_helper_awake(true);
   EXPECT_GE(slept(false, [&] { a.request(2); }), 350ms);
