@@ -112,12 +112,15 @@ std::string GlooCommunicator::gone_peers(bool wait) {
     }
   }
   std::string notices;
+  std::vector<bool> noticed(static_cast<std::size_t>(size()), false);
   if (w.options.launcher_notices) {
     const Deadline until =
         Clock::now() + (wait && gone.empty() ? milliseconds(2000) : milliseconds(0));
     for (;;) {
       std::string v;
       bool found = false;
+      notices.clear();
+      noticed.assign(noticed.size(), false);
       if (w.store->try_get(w.options.launcher_prefix + "/exits", &v, &found).ok() && found &&
           std::atoll(v.c_str()) > w.exits_at_start) {
         for (int m = 0; m < size(); ++m) {
@@ -130,6 +133,7 @@ std::string GlooCommunicator::gone_peers(bool wait) {
                   .ok() &&
               there) {
             notices += (notices.empty() ? "" : "; ") + sentence;
+            noticed[static_cast<std::size_t>(m)] = true;
           }
         }
       }
@@ -137,11 +141,13 @@ std::string GlooCommunicator::gone_peers(bool wait) {
       std::this_thread::sleep_for(milliseconds(50));
     }
   }
-  if (!notices.empty()) return "the launcher reports: " + notices;
-  if (gone.empty()) return "";
-  std::string text;
+  // Every departure this rank knows of: the launcher may not have posted the first one to
+  // die yet when a rank that noticed it has exited too (and been posted first), so peers
+  // whose process is gone but who have no notice are named beside the notices.
+  std::string text = notices.empty() ? "" : "the launcher reports: " + notices;
   for (std::size_t i = 0; i < gone.size(); ++i) {
-    if (i > 0) text += "; ";
+    if (noticed[static_cast<std::size_t>(gone[i])]) continue;
+    if (!text.empty()) text += "; ";
     text += member_name(gone[i]) + " is gone (its process " + pids[i] + " on this host has exited)";
   }
   return text;
