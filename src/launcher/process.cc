@@ -370,7 +370,10 @@ int shell_status(int wait_status) {
 }
 
 int poll_timeout_ms(const Clock::time_point* deadline) {
-  if (deadline == nullptr) return -1;
+  // Without a deadline, still 100 ms: the loops around poll() reap their children each
+  // time round, so a SIGCHLD whose handler runs late (the sanitizers defer signals to their
+  // next interceptor) costs at most that instead of a poll() that never returns.
+  if (deadline == nullptr) return 100;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
   if (left.count() <= 0) return 0;
   // Round up so that a wake-up never comes a millisecond before the deadline and spins.

@@ -112,7 +112,8 @@ void end_descendants(Clock::duration term_for);
 // Encodes a wait() status the way shells do: exit code, or 128 + signal.
 int shell_status(int wait_status);
 
-// Milliseconds from now until `deadline` for poll(): 0 if past, -1 if there is none.
+// Milliseconds from now until `deadline` for poll(): 0 if past, 100 if there is none (the
+// callers look again each time round; see process.cc).
 int poll_timeout_ms(const Clock::time_point* deadline);
 
 }  // namespace kolo::launcher

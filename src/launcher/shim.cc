@@ -202,7 +202,7 @@ int run_shim(const ShimOptions& options) {
     while (!exited || (output.open() && Clock::now() < drain_deadline)) {
       std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
       output.add_to(&fds);
-      if (::poll(fds.data(), fds.size(), exited ? poll_timeout_ms(&drain_deadline) : -1) < 0 &&
+      if (::poll(fds.data(), fds.size(), poll_timeout_ms(exited ? &drain_deadline : nullptr)) < 0 &&
           errno != EINTR) {
         // Cannot happen with valid descriptors; if it does, do not report a guess.
         say(prefix, std::string("poll: ") + std::strerror(errno));

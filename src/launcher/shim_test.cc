@@ -1,6 +1,10 @@
 // Tests for the worker shim's pure parts: its arguments and its rank variables.
 #include "launcher/shim.h"
 
+#include <chrono>
+
+#include "launcher/process.h"
+
 #include <gtest/gtest.h>
 
 namespace kolo::launcher {
@@ -70,6 +74,26 @@ TEST(ShimRanks, RejectsMissingOrInconsistentInput) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("describes 4 workers but mpirun started 3"), std::string::npos)
       << s.message();
+}
+
+}  // namespace
+}  // namespace kolo::launcher
+
+namespace kolo::launcher {
+namespace {
+
+// Every poll() of the launcher's loops has a bound, even without a deadline: a SIGCHLD
+// whose handler runs late (the sanitizers defer signals) must not leave a loop waiting
+// for ever (kolorun_tests' ADaemonTheProgramStartsDoesNotOutliveTheJob once timed out so
+// under TSan).
+TEST(PollTimeout, IsBoundedWithoutADeadlineAndRoundsUpWithOne) {
+  EXPECT_EQ(poll_timeout_ms(nullptr), 100);
+  const Clock::time_point past = Clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(poll_timeout_ms(&past), 0);
+  const Clock::time_point soon = Clock::now() + std::chrono::milliseconds(50);
+  const int ms = poll_timeout_ms(&soon);
+  EXPECT_GE(ms, 1);
+  EXPECT_LE(ms, 51);
 }
 
 }  // namespace
