@@ -1,4 +1,5 @@
-// Tests for the worker shim's pure parts: its arguments and its rank variables.
+// Tests for the worker shim's pure parts: its arguments and its rank variables, and the
+// bound of its poll() (process.h).
 #include "launcher/shim.h"
 
 #include <chrono>
@@ -75,12 +76,6 @@ TEST(ShimRanks, RejectsMissingOrInconsistentInput) {
   EXPECT_NE(s.message().find("describes 4 workers but mpirun started 3"), std::string::npos)
       << s.message();
 }
-
-}  // namespace
-}  // namespace kolo::launcher
-
-namespace kolo::launcher {
-namespace {
 
 // Every poll() of the launcher's loops has a bound, even without a deadline: a SIGCHLD
 // whose handler runs late (the sanitizers defer signals) must not leave a loop waiting

@@ -116,9 +116,9 @@ TEST(CycleBellTest, ManyHandOffsLoseNoWakeUp) {
 
 // A light sleep lets local news wait (wake_local() wakes no one; the sleeper looks again
 // at its short `until`), but news that is due now (wake_local(true)) and a peer's request
-// still wake it. With a helper awake (a
-// caller of this rank watching requested() itself), neither wakes the sleeper; after the
-// helper clears it, wake_local() wakes a deep sleeper at once.
+// still wake it. With a helper awake (a caller of this rank watching requested() itself),
+// neither wakes the sleeper; after the helper clears it, wake_local() wakes a deep sleeper
+// at once.
 TEST(CycleBellTest, LightSleepsAndAwakeHelpersSkipTheWakeUp) {
   Words w;
   FutexCycleBell a = w.bell(0), b = w.bell(1);

@@ -119,8 +119,6 @@ std::string GlooCommunicator::gone_peers(bool wait) {
     for (;;) {
       std::string v;
       bool found = false;
-      notices.clear();
-      noticed.assign(noticed.size(), false);
       if (w.store->try_get(w.options.launcher_prefix + "/exits", &v, &found).ok() && found &&
           std::atoll(v.c_str()) > w.exits_at_start) {
         for (int m = 0; m < size(); ++m) {

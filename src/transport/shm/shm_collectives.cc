@@ -79,6 +79,10 @@ std::size_t ShmCommunicator::copy_chunk(std::size_t es) const {
   return std::min(seg_.region_bytes(), per_rank) / es;
 }
 
+bool ShmCommunicator::one_small_chunk(std::size_t count, std::size_t es) const {
+  return count * es <= kSmallBytes && count <= copy_chunk(es);
+}
+
 Status ShmCommunicator::reduce_regions(std::size_t count, std::size_t base, DataType dtype,
                                        ReduceOp op, const std::vector<OwnSpan>* own,
                                        const SliceStage* stage, Deadline deadline) {
@@ -163,7 +167,7 @@ Status ShmCommunicator::allreduce_staged(void* buffer, std::size_t count, DataTy
   const std::size_t bytes = count * es;
   char* region = seg_.region(rank());
   const std::size_t region_bytes = seg_.region_bytes();
-  if (stage == nullptr && bytes <= kSmallBytes &&
+  if (stage == nullptr && one_small_chunk(count, es) &&
       (buffer == region || !overlaps(buffer, bytes, region, region_bytes))) {
     return small_allreduce({AllreducePiece{.in = buffer, .out = buffer, .count = count}}, dtype, op,
                            deadline);
@@ -209,7 +213,8 @@ Status ShmCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& piec
   std::size_t total = 0;
   for (const auto& p : pieces) total += p.count;
   if (total == 0) return Status::OK();  // as allreduce() of nothing: no barrier
-  if (total * dtype_size(dtype) <= kSmallBytes) return small_allreduce(pieces, dtype, op, deadline);
+  if (one_small_chunk(total, dtype_size(dtype)))
+    return small_allreduce(pieces, dtype, op, deadline);
   return copy_path(pieces, dtype, op, nullptr, deadline);
 }
 

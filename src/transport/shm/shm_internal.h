@@ -95,6 +95,10 @@ class ShmCommunicator final : public Communicator {
                          Deadline deadline);
   // Elements of `es` bytes per chunk of the copy paths (see kCopyChunkBudget).
   std::size_t copy_chunk(std::size_t es) const;
+  // Whether `count` elements are a single chunk and a small one: the chunk loops' rule,
+  // taken before any chunking (the fast path of a small call; regions below kSmallBytes,
+  // which only explicit options give, cut such a call into several chunks).
+  bool one_small_chunk(std::size_t count, std::size_t es) const;
   // Where this rank's own slice of a chunk is read from and written to when that is not
   // its region: elements [lo, hi) of the chunk, input at `src`, result to `dst` (may be
   // `src`), the input multiplied by `prescale` and the result by postscale / divisor.
