@@ -80,10 +80,17 @@ bool Inbox::has_work_now() const {
 
 void Inbox::wake_if(bool force, std::uint64_t cycles) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!bell_) return;
   // Even from a light nap: what the caller leaves is due now, and a nap would add up to
   // kLightNap to it (the p90 of the 4-byte latency was ~100 us).
-  if (bell_ && (force || has_work() || stop_ || bell_->requested() > cycles)) {
+  if (force || has_work() || stop_) {
     bell_->wake_local(true);
+  } else if (bell_->requested() > cycles) {
+    // Another rank's cycle: in a back-to-back loop this rank's caller is back in a moment
+    // and runs it; a woken background thread would race it for the gate and the cores. A
+    // light nap is left to the peer, which nudges this rank when it does not come
+    // (cycle_bell.h); a deep sleep is woken now.
+    bell_->wake_local(false);
   }
 }
 
@@ -108,7 +115,7 @@ Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, const bool& must_cyc
     wait_for_work(std::max<std::chrono::steady_clock::duration>(idle_wait_, cycle_time),
                   last_start_ + cycle_time, timeline, &work);
   }
-  last_start_ = std::chrono::steady_clock::now();
+  set_last_start(std::chrono::steady_clock::now());
   ++cycle_number_;
   return work;
 }
@@ -159,6 +166,11 @@ void Pacer::wait_for_cycle(const bool& must_cycle, bool waiting, TimePoint not_b
   start(ask, not_before, timeline, work);
 }
 
+void Pacer::set_last_start(TimePoint t) {
+  last_start_ = t;
+  last_start_ticks_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
+}
+
 void Pacer::relock() {
   for (;;) {
     if (gate_->mu.try_lock()) return;
@@ -168,9 +180,16 @@ void Pacer::relock() {
       gate_->mu.lock();
       return;
     }
-    // A deep sleep: a light one would wake this thread every kLightNap for as long as the
-    // caller's cycles take (a 30 ms allreduce: 300 times), on the caller's cores.
-    bell_->wait(ticket, std::chrono::steady_clock::now() + kLongestSleep);
+    // While the caller's cycles are recent, a light nap: a deep one is woken by each
+    // submit of this rank, which in a back-to-back loop comes between two of the caller's
+    // waits, and takes a core the other ranks' cycles need (the 4-byte latency's p90 went
+    // from ~3 to 20-30 us). Past kActive a deep sleep: a light one would wake this thread
+    // every kLightNap for as long as a long cycle takes (a 30 ms allreduce: 300 times).
+    // The caller rings even a light nap when it leaves work that is due.
+    const auto now = std::chrono::steady_clock::now();
+    const TimePoint last(TimePoint::duration(last_start_ticks_.load(std::memory_order_relaxed)));
+    const bool light = now - last < kActive;
+    bell_->wait(ticket, now + (light ? kLightNap : kLongestSleep), light);
   }
 }
 
@@ -195,7 +214,7 @@ bool Pacer::try_start(double cycle_time_ms, bool must_cycle, bool timeline, Work
   const bool ask = !asked && (must_cycle || inbox_.has_work_now());
   if (!asked && !ask) return false;
   start(ask, TimePoint{}, timeline, work);
-  last_start_ = std::chrono::steady_clock::now();
+  set_last_start(std::chrono::steady_clock::now());
   ++cycle_number_;
   return true;
 }

@@ -117,6 +117,8 @@ class Pacer {
   void relock();
   // Asks the other ranks for the next cycle unless one did, and takes this rank's work.
   void start(bool ask, TimePoint not_before, bool timeline, Work* work);
+  // Sets last_start_ and its copy for relock(), which runs without the gate.
+  void set_last_start(TimePoint t);
   // Moves the queued requests (unless held) into `work`.
   void take(bool timeline, Work* work) KOLO_REQUIRES(inbox_.mu_);
 
@@ -126,6 +128,7 @@ class Pacer {
   std::function<bool()> waiting_;
   std::chrono::steady_clock::duration idle_wait_;
   TimePoint last_start_{};
+  std::atomic<TimePoint::rep> last_start_ticks_{0};  // last_start_, read without the gate
   std::uint64_t cycle_number_ = 0;
 };
 

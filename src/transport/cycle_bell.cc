@@ -19,8 +19,8 @@ std::atomic_ref<T> at(T* word) {
 }  // namespace
 
 FutexCycleBell::FutexCycleBell(std::uint64_t* requested, std::vector<std::uint32_t*> rings,
-                               int rank)
-    : requested_(requested), rings_(std::move(rings)), rank_(rank) {}
+                               int rank, bool lazy)
+    : requested_(requested), rings_(std::move(rings)), rank_(rank), lazy_(lazy) {}
 
 // A ring word counts in steps of 8; its low bits are flags: kSleeping (its rank's sleeper
 // is in wait(), or about to be), kLight (that sleep is short: local news may wait for it)
@@ -61,8 +61,21 @@ void FutexCycleBell::request(std::uint64_t cycle) {
          !at(requested_).compare_exchange_weak(seen, cycle, std::memory_order_seq_cst)) {
   }
   if (seen >= cycle) return;  // someone asked for it first and woke everyone
+  // Lazy: a light sleeper looks within its nap (at most ~100 us) on its own, or sooner
+  // when nudged.
+  const std::uint32_t quiet = lazy_ ? kHelperAwake | kLight : kHelperAwake;
   for (int r = 0; r < static_cast<int>(rings_.size()); ++r) {
-    if (r != rank_) ring(r, kHelperAwake);
+    if (r != rank_) ring(r, quiet);
+  }
+}
+
+void FutexCycleBell::nudge(int r) {
+  if (r < 0 || r >= static_cast<int>(rings_.size())) return;
+  const std::uint32_t seen = at(rings_[r]).load(std::memory_order_seq_cst);
+  // No count step: the request already made one, so a sleeper that has not gone to sleep
+  // yet returns at once, and one that has wakes now.
+  if ((seen & kSleeping) && !(seen & kHelperAwake)) {
+    syscall(SYS_futex, rings_[r], FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
   }
 }
 

@@ -50,13 +50,23 @@ class CycleBell {
   // requested() and its own work while `awake`: rings then wake no one. After clearing it,
   // that thread rings wake_local() if it leaves anything due.
   virtual void set_helper_awake(bool awake) = 0;
+  // A rank waiting in a cycle for rank r (which has not arrived): wakes r's sleeper if it
+  // sleeps. For lazy bells (below); a spurious wake-up otherwise.
+  virtual void nudge(int r) = 0;
 };
 
 class FutexCycleBell final : public CycleBell {
  public:
   // `requested`: one word shared by all ranks; `rings[r]`: rank r's futex word (at least a
   // cache line apart, zero-initialised, alive as long as the bell). `rank` is this rank.
-  FutexCycleBell(std::uint64_t* requested, std::vector<std::uint32_t*> rings, int rank);
+  // `lazy`: request() leaves light sleeps to end on their own too, and the transport
+  // nudges ranks that do not arrive in the cycle soon (shm: its control_and barrier).
+  // Between two waits of a back-to-back loop another rank's request finds a rank's caller
+  // away for a moment, and the wake-up of its background thread (which then has nothing to
+  // do: the caller runs the cycle) took the core a rank needed: 1 iteration in 10 took
+  // 20-40 us on 2 cores instead of 2.5 (docs/benchmarks.md, issue 17).
+  FutexCycleBell(std::uint64_t* requested, std::vector<std::uint32_t*> rings, int rank,
+                 bool lazy = false);
 
   void wake_local(bool even_light) override;
   using CycleBell::wake_local;
@@ -66,6 +76,7 @@ class FutexCycleBell final : public CycleBell {
   void wait(std::uint32_t ticket, Clock::time_point until, bool light) override;
   using CycleBell::wait;
   void set_helper_awake(bool awake) override;
+  void nudge(int r) override;
 
  private:
   void ring(int r, std::uint32_t quiet);
@@ -73,6 +84,7 @@ class FutexCycleBell final : public CycleBell {
   std::uint64_t* requested_;
   std::vector<std::uint32_t*> rings_;
   int rank_;
+  bool lazy_;
 };
 
 }  // namespace kolo::transport

@@ -21,7 +21,9 @@ struct alignas(128) Line {
 struct Words {
   Line lines[3];
   std::vector<std::uint32_t*> rings() { return {&lines[0].ring, &lines[1].ring, &lines[2].ring}; }
-  FutexCycleBell bell(int rank) { return FutexCycleBell(&lines[0].requested, rings(), rank); }
+  FutexCycleBell bell(int rank, bool lazy = false) {
+    return FutexCycleBell(&lines[0].requested, rings(), rank, lazy);
+  }
 };
 
 TEST(CycleBellTest, RequestsAreAMaximumSharedByEveryRank) {
@@ -114,6 +116,26 @@ TEST(CycleBellTest, ManyHandOffsLoseNoWakeUp) {
   EXPECT_EQ(timeouts, 0);
 }
 
+// How long rank b's sleeper (until 400 ms from now, lightly or not) stays in wait() when
+// poke() runs 30 ms into it.
+template <typename Poke>
+std::chrono::steady_clock::duration slept(FutexCycleBell& b, bool light, Poke&& poke) {
+  std::atomic<bool> asleep{false};
+  std::chrono::steady_clock::duration took{};
+  std::thread sleeper([&] {
+    const std::uint32_t t = b.ticket();
+    asleep = true;
+    const auto start = std::chrono::steady_clock::now();
+    b.wait(t, start + 400ms, light);
+    took = std::chrono::steady_clock::now() - start;
+  });
+  while (!asleep.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(30ms);  // in FUTEX_WAIT by now
+  poke();
+  sleeper.join();
+  return took;
+}
+
 // A light sleep lets local news wait (wake_local() wakes no one; the sleeper looks again
 // at its short `until`), but news that is due now (wake_local(true)) and a peer's request
 // still wake it. With a helper awake (a caller of this rank watching requested() itself),
@@ -122,31 +144,38 @@ TEST(CycleBellTest, ManyHandOffsLoseNoWakeUp) {
 TEST(CycleBellTest, LightSleepsAndAwakeHelpersSkipTheWakeUp) {
   Words w;
   FutexCycleBell a = w.bell(0), b = w.bell(1);
-  auto slept = [&](bool light, auto&& poke) {
-    std::atomic<bool> asleep{false};
-    std::chrono::steady_clock::duration took{};
-    std::thread sleeper([&] {
-      const std::uint32_t t = b.ticket();
-      asleep = true;
-      const auto start = std::chrono::steady_clock::now();
-      b.wait(t, start + 400ms, light);
-      took = std::chrono::steady_clock::now() - start;
-    });
-    while (!asleep.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(30ms);  // in FUTEX_WAIT by now
-    poke();
-    sleeper.join();
-    return took;
-  };
-  EXPECT_GE(slept(true, [&] { b.wake_local(); }), 350ms);      // local news waits
-  EXPECT_LT(slept(true, [&] { b.wake_local(true); }), 300ms);  // unless it is due now
-  EXPECT_LT(slept(true, [&] { a.request(1); }), 300ms);        // a peer's request wakes
-  EXPECT_LT(slept(false, [&] { b.wake_local(); }), 300ms);
+  EXPECT_GE(slept(b, true, [&] { b.wake_local(); }), 350ms);      // local news waits
+  EXPECT_LT(slept(b, true, [&] { b.wake_local(true); }), 300ms);  // unless it is due now
+  EXPECT_LT(slept(b, true, [&] { a.request(1); }), 300ms);        // a peer's request wakes
+  EXPECT_LT(slept(b, false, [&] { b.wake_local(); }), 300ms);
   b.set_helper_awake(true);
-  EXPECT_GE(slept(false, [&] { a.request(2); }), 350ms);
-  EXPECT_GE(slept(false, [&] { b.wake_local(); }), 350ms);
+  EXPECT_GE(slept(b, false, [&] { a.request(2); }), 350ms);
+  EXPECT_GE(slept(b, false, [&] { b.wake_local(); }), 350ms);
   b.set_helper_awake(false);
-  EXPECT_LT(slept(false, [&] { b.wake_local(); }), 300ms);
+  EXPECT_LT(slept(b, false, [&] { b.wake_local(); }), 300ms);
+}
+
+// Lazy bells (shm): a peer's request leaves a light sleep to end on its own too, and
+// wakes a deep one; nudge() wakes a sleeper of either kind, unless a helper of its rank
+// is awake (that one watches requested() itself).
+TEST(CycleBellTest, LazyBellsLeaveLightSleepsToANudge) {
+  Words w;
+  FutexCycleBell a = w.bell(0, /*lazy=*/true), b = w.bell(1, /*lazy=*/true);
+  EXPECT_GE(slept(b, true, [&] { a.request(1); }), 350ms);
+  EXPECT_LT(slept(b, false, [&] { a.request(2); }), 300ms);
+  EXPECT_LT(slept(b, true, [&] { a.nudge(1); }), 300ms);
+  EXPECT_LT(slept(b, false, [&] { a.nudge(1); }), 300ms);
+  EXPECT_LT(slept(b, true,
+                  [&] {
+                    a.request(3);
+                    a.nudge(1);
+                  }),
+            300ms);
+  b.set_helper_awake(true);
+  EXPECT_GE(slept(b, true, [&] { a.nudge(1); }), 350ms);
+  b.set_helper_awake(false);
+  a.nudge(1);  // nobody sleeps: nothing happens
+  a.nudge(7);  // not a rank: ignored
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ struct GradientsArgs {
 struct LatencyArgs {
   int iters = 2000;
   int warmup = 200;
+  int series = 0;  // > 0: also print the median and p90 of every `series` iterations
   std::string json;
 };
 

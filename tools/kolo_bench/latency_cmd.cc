@@ -2,6 +2,7 @@
 // runtime (enqueue, negotiation on the response cache's fast path, transport, handle
 // completion) at the job's world size. Back-to-back iterations under one name, no
 // barrier; each iteration's time is the maximum over ranks of submit -> wait() returned.
+#include <algorithm>
 #include <cstdio>
 
 #include "kolo_bench/bench_util.h"
@@ -21,7 +22,8 @@ int run_latency(const LatencyArgs& a) {
     t = micros(t0, Clock::now());
   }
   const Stats own = summarize(us);
-  const Stats s = summarize(max_over_ranks(us, "bench.times.latency"));
+  const std::vector<double> slowest = max_over_ranks(us, "bench.times.latency");
+  const Stats s = summarize(slowest);
   const int n = kolo::size();
   if (kolo::rank() == 0) {
     std::printf("kolo latency: 4-byte allreduce, %d ranks, %d iterations (warm-up %d)\n", n,
@@ -30,6 +32,18 @@ int run_latency(const LatencyArgs& a) {
                 s.median, s.p10, s.p90, s.min, s.max);
     std::printf("rank 0 alone:   median %.1f us, p10 %.1f us, p90 %.1f us\n", own.median, own.p10,
                 own.p90);
+    if (a.series > 0) {
+      std::printf("median/p90 (max over ranks) of each %d iterations, in order, us:", a.series);
+      const auto step = static_cast<std::size_t>(a.series);
+      for (std::size_t b = 0; b < slowest.size(); b += step) {
+        const std::vector<double> part(
+            slowest.begin() + static_cast<std::ptrdiff_t>(b),
+            slowest.begin() + static_cast<std::ptrdiff_t>(std::min(slowest.size(), b + step)));
+        const Stats st = summarize(part);
+        std::printf(" %.1f/%.1f", st.median, st.p90);
+      }
+      std::printf("\n");
+    }
     std::fflush(stdout);
   }
   const std::vector<std::int64_t> rss = report_peak_rss();

@@ -69,6 +69,10 @@ void add_latency(CLI::App& app, LatencyArgs& a) {
   c->add_option("--warmup", a.warmup, "untimed iterations first")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  c->add_option(
+       "--series", a.series,
+       "also print the median and p90 of every N iterations in order (when the tail comes)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--json", a.json, "write the summary to this file (rank 0)");
 }
 

@@ -374,7 +374,7 @@ Status ShmCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline 
   const int p = parity_;
   parity_ ^= 1;
   std::memcpy(seg_.control(p, rank()), words.data(), words.size() * sizeof(std::uint64_t));
-  KOLO_RETURN_IF_ERROR(barrier_.sync("control_and", deadline));
+  KOLO_RETURN_IF_ERROR(barrier_.sync("control_and", deadline, &nudge_));
   for (int r = 0; r < size(); ++r) {
     if (r == rank()) continue;
     const std::uint64_t* theirs = seg_.control(p, r);

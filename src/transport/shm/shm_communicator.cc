@@ -126,7 +126,9 @@ ShmCommunicator::ShmCommunicator(std::unique_ptr<Communicator> base, Segment seg
     : base_(std::move(base)),
       seg_(std::move(segment)),
       barrier_(&seg_, base_->rank(), base_->size()),
-      bell_(&seg_.wake().cycles_requested, bell_rings(seg_, base_->size()), base_->rank()),
+      bell_(&seg_.wake().cycles_requested, bell_rings(seg_, base_->size()), base_->rank(),
+            /*lazy=*/true),
+      nudge_([this](int r) { bell_.nudge(r); }),
       srcs_(static_cast<std::size_t>(base_->size())),
       chunks_(static_cast<std::size_t>(base_->size())) {}
 

@@ -125,7 +125,8 @@ class ShmCommunicator final : public Communicator {
   std::vector<int> rank_names_;  // how messages name the ranks (empty: as they are)
   Segment seg_;
   Barrier barrier_;
-  FutexCycleBell bell_;
+  FutexCycleBell bell_;                       // lazy: control_and nudges
+  std::function<void(int)> nudge_;            // control_and's barrier: bell_.nudge
   int parity_ = 0;                            // control area of the next control_and
   int small_parity_ = 0;                      // small area of the next small_allreduce
   std::string base_failure_;                  // set when the base communicator failed

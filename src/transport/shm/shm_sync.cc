@@ -26,6 +26,13 @@ using std::chrono::milliseconds;
 // Spinning first keeps a lockstep barrier in the microseconds; past that, sleeping costs
 // a ~5-20 us wake-up but frees the core (ranks often outnumber cores).
 constexpr microseconds kSpin(30);
+// A rank that has not arrived by then in a cycle's control_and may sleep lightly with the
+// cycle's request unheard (a lazy bell): sync() nudges it, and again every kNudge while
+// it spins (a nudge finds a rank whose caller was awake, and that caller may have left
+// since without running the cycle). Lockstep ranks arrive within a few microseconds of
+// each other; this much more costs a rank that was busy elsewhere little beside its
+// wake-up (5-20 us). A nudge to an awake rank costs a load.
+constexpr microseconds kNudge(5);
 // Longest single sleep, and the period of the liveness checks: a dead rank is noticed
 // within about this long.
 constexpr milliseconds kNap(20);
@@ -147,7 +154,7 @@ bool Barrier::aborted(const char* op, Status* out) {
   return true;
 }
 
-Status Barrier::sync(const char* op, Deadline deadline) {
+Status Barrier::sync(const char* op, Deadline deadline, const std::function<void(int)>* nudge) {
   if (!broken_.empty()) return check(op);
   const std::uint64_t e = ++epoch_;
   Wake& w = seg_->wake();
@@ -156,9 +163,17 @@ Status Barrier::sync(const char* op, Deadline deadline) {
   if (at(w.sleepers).load(std::memory_order_seq_cst) != 0) futex_wake_all(&w.word);
 
   const auto start = Clock::now();
+  auto next_nudge = start + kNudge;
   for (;;) {
     if (all_arrived(e)) return Status::OK();
-    if (Clock::now() - start >= kSpin) break;
+    const auto now = Clock::now();
+    if (nudge != nullptr && now >= next_nudge) {
+      for (int r = 0; r < size_; ++r) {
+        if (epoch_of(r) < e) (*nudge)(r);
+      }
+      next_nudge = now + kNudge;
+    }
+    if (now - start >= kSpin) break;
     if (oversubscribed_) {
       sched_yield();  // the rank we wait for may be waiting for this core
     } else {

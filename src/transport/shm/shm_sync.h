@@ -37,8 +37,10 @@ class Barrier {
   Barrier(const Segment* segment, int rank, int size);
 
   // Arrives at the next epoch and waits for every rank. `op` names the collective in the
-  // error ("allreduce"). kPeerFailure names the ranks that did not arrive.
-  Status sync(const char* op, Deadline deadline);
+  // error ("allreduce"). kPeerFailure names the ranks that did not arrive. `nudge` (if
+  // set) is called with each rank that has not arrived, every few us (kNudge) of the spin:
+  // the cycle's control_and wakes their lazily rung background threads (cycle_bell.h).
+  Status sync(const char* op, Deadline deadline, const std::function<void(int)>* nudge = nullptr);
 
   // kPeerFailure with the first failure's message once broken, else OK.
   Status check(const char* op) const;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -368,6 +369,35 @@ TEST(ShmTest, ControlAndOfSmallAndDelegatedSizesOverManyCalls) {
       }
     }
   });
+}
+
+// The bell is lazy: rank 0's request for a cycle leaves rank 1's light sleep alone (its
+// caller is usually back in a moment), and rank 0's control_and wakes it when it does not
+// arrive soon. Without the nudge rank 1 would sleep its whole 2 s.
+TEST(ShmTest, ControlAndNudgesARankWhoseBellSleepsLightly) {
+  std::atomic<bool> asleep{false};
+  Clock::duration slept{};
+  on_shm_ranks(2, small_regions(), [&](int rank, std::unique_ptr<Communicator>& comm) {
+    CycleBell* bell = comm->cycle_bell();
+    ASSERT_NE(bell, nullptr);
+    if (rank == 1) {
+      const std::uint32_t ticket = bell->ticket();
+      asleep = true;
+      const auto start = Clock::now();
+      bell->wait(ticket, start + std::chrono::seconds(2), /*light=*/true);
+      slept = Clock::now() - start;
+      EXPECT_EQ(bell->requested(), 1u);
+    } else {
+      while (!asleep.load()) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // in FUTEX_WAIT by now
+      bell->request(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the request is unheard
+    }
+    std::vector<std::uint64_t> words{~std::uint64_t{0}};
+    ASSERT_TRUE(comm->control_and(words, in(30)).ok());
+  });
+  EXPECT_GE(slept, std::chrono::milliseconds(330));   // the request alone did not wake it
+  EXPECT_LT(slept, std::chrono::milliseconds(1500));  // the control_and did
 }
 
 TEST(ShmTest, DelegatedOperationsGoThroughTheBase) {
