@@ -330,7 +330,14 @@ int cross_size() { return current()->topology().cross_size; }
 
 Handle allreduce_async(const TensorView& input, const TensorView& output,
                        const AllreduceOptions& options) {
-  return core::ops::allreduce(*current(), {input}, {output}, options, /*grouped=*/false);
+  // One copy of each view (an initializer list would copy them twice).
+  std::vector<TensorView> inputs, outputs;
+  inputs.reserve(1);
+  outputs.reserve(1);
+  inputs.push_back(input);
+  outputs.push_back(output);
+  return core::ops::allreduce(*current(), std::move(inputs), std::move(outputs), options,
+                              /*grouped=*/false);
 }
 void allreduce(const TensorView& input, const TensorView& output, const AllreduceOptions& options) {
   allreduce_async(input, output, options).wait();

@@ -146,7 +146,8 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave
   const bool want_shutdown = leave != Leave::kNo;
   Cycle cycle;
   const auto now = Clock::now();
-  std::vector<std::uint64_t> invalid(words_, 0);
+  std::vector<std::uint64_t>& invalid = invalid_;  // reused: a cycle allocates little
+  invalid.assign(words_, 0);
   sort_new(std::move(new_requests), now, &invalid);
   if (comm_->rank() == 0) check_stalls(now);
 
@@ -159,7 +160,8 @@ Controller::Cycle Controller::run(std::vector<Request> new_requests, Leave leave
   // [~flags | hit bits | ~invalid bits | ~ranks calling shutdown() | ~ranks exiting]:
   // inverted parts come out of the AND as the OR over ranks.
   const std::size_t leave_at = 1 + 2 * static_cast<std::size_t>(words_);
-  std::vector<std::uint64_t> words(leave_at + 2 * rank_words_, 0);
+  std::vector<std::uint64_t>& words = words_scratch_;
+  words.assign(leave_at + 2 * rank_words_, 0);
   words[0] = ~flags;
   for (const auto& [bit, hit] : hits_) set_bit(words, 1, bit);
   for (int i = 0; i < words_; ++i) words[1 + words_ + i] = ~invalid[i];

@@ -120,6 +120,7 @@ class Controller {
   Clock::time_point last_wait_warning_{};  // coordinator: last warn_waiting() message
   std::uint64_t fast_cycles_ = 0;
   std::uint64_t slow_cycles_ = 0;
+  std::vector<std::uint64_t> invalid_, words_scratch_;  // run()'s, kept to reuse their memory
 };
 
 }  // namespace kolo::core

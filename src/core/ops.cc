@@ -21,13 +21,14 @@ Handle submit(Runtime& runtime, const Status& built, Request request,
 
 }  // namespace
 
-Handle allreduce(Runtime& runtime, const std::vector<TensorView>& inputs,
-                 const std::vector<TensorView>& outputs, const AllreduceOptions& o, bool grouped) {
+Handle allreduce(Runtime& runtime, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
+                 const AllreduceOptions& o, bool grouped) {
   Request r;
-  const Status s =
-      allreduce_request(inputs, outputs, o, grouped,
-                        name_or_default(runtime, o.name, OpType::kAllreduce, o.process_set), &r);
-  return submit(runtime, s, std::move(r), inputs, outputs);
+  const Status s = o.name.empty() ? allreduce_request(
+                                        inputs, outputs, o, grouped,
+                                        runtime.default_name(OpType::kAllreduce, o.process_set), &r)
+                                  : allreduce_request(inputs, outputs, o, grouped, o.name, &r);
+  return submit(runtime, s, std::move(r), std::move(inputs), std::move(outputs));
 }
 
 Handle allgather(Runtime& runtime, const TensorView& input, const AllgatherOptions& o) {

@@ -15,9 +15,9 @@
 namespace kolo::core::ops {
 
 // `grouped`: grouped_allreduce.
-Handle allreduce(Runtime& runtime, const std::vector<TensorView>& inputs,
-                 const std::vector<TensorView>& outputs, const AllreduceOptions& options,
-                 bool grouped);
+// (The views are taken by value: a call with temporaries moves them into the request.)
+Handle allreduce(Runtime& runtime, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
+                 const AllreduceOptions& options, bool grouped);
 Handle allgather(Runtime& runtime, const TensorView& input, const AllgatherOptions& options);
 Handle broadcast(Runtime& runtime, const TensorView& tensor, const BroadcastOptions& options);
 Handle alltoall(Runtime& runtime, const TensorView& input, const AlltoallOptions& options);

@@ -48,6 +48,11 @@ TEST(RequestBuilderTest, BadArgumentsAreAStatusNamingTheTensor) {
   EXPECT_NE(s.message().find("grouped allreduce 'w': output float32[5] does not match input"),
             std::string::npos)
       << s.message();
+  s = allreduce_request({view(a, {6}), view(a, {2, -3})}, {view(a, {6}), view(a, {6})}, {}, true,
+                        "g", &r);
+  EXPECT_NE(s.message().find("grouped allreduce 'g' input 1 has a negative dimension [2, -3]"),
+            std::string::npos)
+      << s.message();
   s = allgather_request(view(a, {-2, 3}), {}, "e", &r);
   EXPECT_NE(s.message().find("allgather 'e' tensor has a negative dimension"), std::string::npos)
       << s.message();

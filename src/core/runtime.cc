@@ -763,6 +763,12 @@ Status Runtime::remove_set(Loop& loop, const Response& r) {
 }
 
 void Runtime::stop(Loop& loop) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    KOLO_LOG(kDebug, "runtime") << comm_->name() << ": " << cycles_ << " cycles (" << fast_cycles_
+                                << " fast, " << slow_cycles_ << " slow; " << caller_cycles_.load()
+                                << " run by waiting callers)";
+  }
   // In an elastic job a worker that is gone (failed, or its program ended without
   // kolo::shutdown()) ends this generation, not the job: kolo::elastic::run goes on.
   Status end = elastic_view(loop.fatal);
