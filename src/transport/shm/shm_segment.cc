@@ -23,7 +23,7 @@ namespace kolo::transport::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x316d68736f6c6f6bull;  // "kolos hm1", little-endian
-constexpr std::uint32_t kVersion = 4;
+constexpr std::uint32_t kVersion = 5;                    // 5: a 16-line Abort
 // The regions are reserved in steps of this many bytes, so that closing the segment
 // abandons the rest within one step.
 constexpr std::size_t kReserveStep = 16 << 20;
@@ -54,7 +54,7 @@ Layout Layout::compute(int size, std::size_t region_bytes) {
   Layout l;
   l.size = size;
   l.region_bytes = region_bytes;
-  l.slots = 6 * kLine;  // Meta, Wake, Abort (4 lines)
+  l.slots = (3 + kAbortLines) * kLine;  // Meta, Wake, Abort, a spare line
   l.control = l.slots + kLine * static_cast<std::size_t>(size);
   l.small = round_up(l.control + 2 * kControlBytes * static_cast<std::size_t>(size), kPage);
   l.regions = round_up(l.small + 2 * kSmallBytes * static_cast<std::size_t>(size), kPage);
@@ -63,7 +63,7 @@ Layout Layout::compute(int size, std::size_t region_bytes) {
 }
 
 static_assert(sizeof(Meta) == kLine && sizeof(Wake) == kLine && sizeof(RankSlot) == kLine);
-static_assert(sizeof(Abort) == 3 * kLine);
+static_assert(sizeof(Abort) == kAbortLines * kLine);
 
 std::size_t fit_region(int size, std::size_t wanted, std::size_t free_bytes) {
   // Half: leave room for the other users of /dev/shm (and other jobs on the host).

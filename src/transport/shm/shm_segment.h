@@ -4,7 +4,7 @@
 // Layout (offsets from the start of the mapping; `n` ranks, regions of R bytes):
 //   Meta      magic, rank count, R, total size                    (one 128-byte line)
 //   Wake      futex word + sleeper count, cycle bell requests     (one line)
-//   Abort     first failure report: state, reporter, text         (4 lines)
+//   Abort     first failure report: state, reporter, text         (16 lines)
 //   slots     per-rank arrival epoch, pid, cycle bell word, chunk base (n lines)
 //   control   2 parities x n ranks x kControlBytes (control_and)
 //   small     2 parities x n ranks x kSmallBytes (allreduces of at most kSmallBytes)
@@ -36,7 +36,12 @@ inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kControlBytes = 4096;  // per rank and parity: 512 words
 // Allreduces of at most this many bytes take the one-barrier path (shm_collectives.cc).
 inline constexpr std::size_t kSmallBytes = 64 << 10;
-inline constexpr std::size_t kAbortText = 3 * kLine - 8;
+// The first failure's text, as other ranks read it. A relayed failure nests the reports
+// of the ranks it passed through ("rank 0 reported: ... rank 5 reported: ...") before the
+// cause, and a 6-rank hierarchical job's reached ~600 bytes; longer texts keep their head
+// and their end (Barrier::fail).
+inline constexpr std::size_t kAbortLines = 16;
+inline constexpr std::size_t kAbortText = kAbortLines * kLine - 8;
 inline constexpr std::size_t kMinRegion = std::size_t{1} << 20;
 
 struct alignas(kLine) Meta {

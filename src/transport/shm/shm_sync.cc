@@ -129,6 +129,16 @@ std::string Barrier::epochs_text(const std::vector<int>& ranks, std::uint64_t aw
          last + "; this rank waits at barrier " + std::to_string(awaited) + ")";
 }
 
+std::string abort_text(const std::string& message) {
+  if (message.size() <= kAbortText - 1) return message;
+  // A relayed failure ends with its cause (the rank that is gone): keep the end, and the
+  // head that says where this rank was.
+  static constexpr char kCut[] = " [...] ";
+  const std::size_t head = (kAbortText - 1) / 4;
+  const std::size_t tail = kAbortText - 1 - head - (sizeof(kCut) - 1);
+  return message.substr(0, head) + kCut + message.substr(message.size() - tail);
+}
+
 Status Barrier::fail(const char* op, std::string message) {
   (void)op;
   broken_ = message;
@@ -136,9 +146,9 @@ Status Barrier::fail(const char* op, std::string message) {
   std::uint32_t expected = 0;
   if (at(a.state).compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     a.reporter = rank_;
-    const std::size_t n = std::min(message.size(), kAbortText - 1);
-    std::memcpy(a.text, message.data(), n);
-    a.text[n] = '\0';
+    const std::string text = abort_text(message);
+    std::memcpy(a.text, text.data(), text.size());
+    a.text[text.size()] = '\0';
     at(a.state).store(2, std::memory_order_release);
     at(seg_->wake().word).fetch_add(1, std::memory_order_seq_cst);
     futex_wake_all(&seg_->wake().word);

@@ -32,6 +32,10 @@
 
 namespace kolo::transport::shm {
 
+// What the segment keeps of a failure's `message` for the other ranks: all of it, or when
+// longer than kAbortText - 1 bytes its first quarter and its end, " [...] " between.
+std::string abort_text(const std::string& message);
+
 class Barrier {
  public:
   Barrier(const Segment* segment, int rank, int size);

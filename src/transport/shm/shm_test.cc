@@ -540,6 +540,38 @@ TEST(ShmFailureTest, OneRanksFailureReachesTheOthersAtOnce) {
   });
 }
 
+// A failure relayed through several ranks nests their reports before its cause; the
+// segment keeps a long text's head and its end, so the rank that is gone stays named.
+// (A 6-rank, 3-host hier kill test once read "... the cross-host allreduce with ranks 0,
+// 2, 4 f" on one rank: the 376-byte text of the time had cut the cause off.)
+TEST(ShmFailureTest, ALongRelayedFailureKeepsItsCause) {
+  shm::Segment mine, theirs;
+  ASSERT_TRUE(shm::Segment::create(2, shm::kMinRegion, &mine).ok());
+  const Status opened = shm::Segment::open(mine.name(), 2, &theirs);
+  shm::Segment::unlink(mine.name());
+  ASSERT_TRUE(opened.ok()) << opened.to_string();
+  ASSERT_TRUE(mine.join(0).ok());
+  ASSERT_TRUE(theirs.join(1).ok());
+  shm::Barrier reporter(&mine, 0, 2), reader(&theirs, 1, 2);
+  std::string message = "hierarchical allreduce on rank 0 of 6: another host failed: ";
+  for (int hop = 0; hop < 120; ++hop) message += "rank " + std::to_string(hop) + " reported: ...: ";
+  message += "the launcher reports: rank 2 (host localhost) was killed by signal 9 (SIGKILL)";
+  ASSERT_GT(message.size(), shm::kAbortText);
+  EXPECT_EQ(reporter.abort(message).code(), ErrorCode::kPeerFailure);
+  const Status s = reader.sync("allreduce", in(5));
+  EXPECT_EQ(s.code(), ErrorCode::kPeerFailure);
+  EXPECT_NE(s.message().find("rank 0 reported: hierarchical allreduce on rank 0 of 6"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find(" [...] "), std::string::npos) << s.message();
+  const std::string cause = "rank 2 (host localhost) was killed by signal 9 (SIGKILL)";
+  ASSERT_GE(s.message().size(), cause.size());
+  EXPECT_EQ(s.message().substr(s.message().size() - cause.size()), cause) << s.message();
+  // Texts that fit are kept whole.
+  EXPECT_EQ(shm::abort_text("short"), "short");
+  EXPECT_EQ(shm::abort_text(message).size(), shm::kAbortText - 1);
+}
+
 TEST(ShmOptionsTest, RegionSizeFromFusionThreshold) {
   EXPECT_EQ(shm_region_bytes(0), std::size_t{4} << 20);
   EXPECT_EQ(shm_region_bytes(1000), std::size_t{4} << 20);
