@@ -187,7 +187,6 @@ namespace {
 bool gather_pieces(const std::vector<FusedItem>& items, int size,
                    std::vector<transport::AllreducePiece>* pieces) {
   pieces->clear();
-  std::vector<std::pair<const char*, const char*>> ranges;  // [begin, end) of every buffer
   for (const auto& item : items) {
     const Response& r = *item.response;
     if (!item.entry || !host_memory(r, item.entry) || r.wire_dtype != r.dtype) return false;
@@ -202,12 +201,20 @@ bool gather_pieces(const std::vector<FusedItem>& items, int size,
                          .prescale = r.prescale,
                          .postscale = r.postscale,
                          .divisor = average_divisor(r, size)});
-      const auto* i0 = static_cast<const char*>(in.data);
-      const auto* o0 = static_cast<const char*>(out.data);
-      const std::size_t bytes = count * dtype_size(r.dtype);
-      ranges.emplace_back(o0, o0 + bytes);
-      if (i0 != o0) ranges.emplace_back(i0, i0 + bytes);
     }
+  }
+  // A lone tensor reduced in place shares memory with nothing (most lone allreduces).
+  if (pieces->size() == 1 && pieces->front().in == pieces->front().out) return true;
+  // Every item has the same dtype (a fusion group's wire dtype, uncompressed).
+  const std::size_t es = dtype_size(items.front().response->dtype);
+  std::vector<std::pair<const char*, const char*>> ranges;  // [begin, end) of every buffer
+  ranges.reserve(2 * pieces->size());
+  for (const auto& p : *pieces) {
+    const auto* i0 = static_cast<const char*>(p.in);
+    const auto* o0 = static_cast<const char*>(p.out);
+    const std::size_t bytes = p.count * es;
+    ranges.emplace_back(o0, o0 + bytes);
+    if (i0 != o0) ranges.emplace_back(i0, i0 + bytes);
   }
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t k = 1; k < ranges.size(); ++k) {
@@ -218,6 +225,11 @@ bool gather_pieces(const std::vector<FusedItem>& items, int size,
 
 }  // namespace
 
+bool allreduce_pieces_of(const std::vector<FusedItem>& items, int size,
+                         std::vector<transport::AllreducePiece>* pieces) {
+  return gather_pieces(items, size, pieces);
+}
+
 Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>& items,
                      FusionBuffer& buffer, Deadline deadline, std::vector<Status>* item_status,
                      ExecTimes* times) {
@@ -226,7 +238,7 @@ Status execute_fused(transport::Communicator& comm, const std::vector<FusedItem>
   times->pack_start = ExecTimes::Clock::now();
   const Response& first = *items.front().response;
   item_status->assign(items.size(), Status::OK());
-  std::vector<transport::AllreducePiece> pieces;
+  std::vector<transport::AllreducePiece>& pieces = buffer.pieces();
   if (comm.reduces_pieces() && gather_pieces(items, comm.size(), &pieces)) {
     // No packing: the transport reads the inputs and writes the outputs itself, scaling
     // as it goes.

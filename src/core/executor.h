@@ -36,9 +36,12 @@ Status execute_response(transport::Communicator& comm, const Response& response,
 class FusionBuffer {
  public:
   void* get(transport::Communicator& comm, std::size_t bytes);
+  // Scratch for the pieces of an unpacked fused allreduce (kept to reuse its memory).
+  std::vector<transport::AllreducePiece>& pieces() { return pieces_; }
 
  private:
   std::vector<std::byte> own_;
+  std::vector<transport::AllreducePiece> pieces_;
 };
 
 // One member of a fused allreduce: the negotiated response and this rank's entry (null
@@ -47,6 +50,13 @@ struct FusedItem {
   const Response* response;
   Entry* entry;
 };
+
+// The pieces of a fused allreduce of `items` for Communicator::allreduce_pieces() (the
+// tensors themselves, scaled on the way), or false when they must be packed instead: a
+// joined rank (its identity), memory this rank cannot read, compression, or tensors whose
+// memory overlaps another's (a tensor's own input and output may be the same buffer).
+bool allreduce_pieces_of(const std::vector<FusedItem>& items, int size,
+                         std::vector<transport::AllreducePiece>* pieces);
 
 // Runs compatible allreduces (plan_fusion()) as one: each tensor is copied into the
 // buffer and prescaled there, the buffer is reduced once, and each result is scaled

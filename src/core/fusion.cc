@@ -33,6 +33,7 @@ std::int64_t wire_bytes(const Response& r) {
 
 std::vector<FusionGroup> plan_fusion(const std::vector<Response>& responses,
                                      std::int64_t threshold_bytes) {
+  if (responses.size() == 1) return {FusionGroup{0}};  // a lone response (most cycles)
   std::vector<FusionGroup> groups;
   std::vector<bool> placed(responses.size(), false);
   for (std::size_t i = 0; i < responses.size(); ++i) {

@@ -1,6 +1,9 @@
 // plan_fusion(): which responses of a cycle are packed together (pure, no transport).
 #include "core/fusion.h"
 
+#include "core/entry.h"
+#include "core/executor.h"
+
 #include <gtest/gtest.h>
 
 namespace kolo::core {
@@ -109,6 +112,50 @@ TEST(FusionTest, EveryResponseIsPlacedExactlyOnce) {
     }
   }
   for (std::size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(seen[i], 1) << i;
+}
+
+// allreduce_pieces_of(): a fused group goes to the transport as the tensors themselves
+// unless some tensor's memory overlaps another's (each would see the others' results), a
+// rank joined, or the wire dtype is compressed; a lone tensor in place always can.
+TEST(FusionPiecesTest, TensorsThatShareMemoryArePacked) {
+  std::vector<float> memory(64);
+  auto view = [&](std::size_t at, std::int64_t n) {
+    TensorView v;
+    v.data = memory.data() + at;
+    v.dtype = DataType::kFloat32;
+    v.shape = {n};
+    return v;
+  };
+  auto entry = [&](TensorView in, TensorView out) {
+    Entry e;
+    e.inputs = {in};
+    e.outputs = {out};
+    return e;
+  };
+  const Response a = allreduce("a", 8), b = allreduce("b", 8);
+  std::vector<transport::AllreducePiece> pieces;
+
+  Entry alone = entry(view(0, 8), view(0, 8));
+  ASSERT_TRUE(allreduce_pieces_of({{&a, &alone}}, 2, &pieces));
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].in, memory.data());
+  EXPECT_EQ(pieces[0].count, 8u);
+
+  Entry apart = entry(view(8, 8), view(16, 8));  // b: its own input and output
+  EXPECT_TRUE(allreduce_pieces_of({{&a, &alone}, {&b, &apart}}, 2, &pieces));
+  EXPECT_EQ(pieces.size(), 2u);
+
+  Entry overlapping = entry(view(4, 8), view(4, 8));  // b starts inside a
+  EXPECT_FALSE(allreduce_pieces_of({{&a, &alone}, {&b, &overlapping}}, 2, &pieces));
+  Entry shifted = entry(view(0, 8), view(2, 8));  // a tensor's own input and output overlap
+  EXPECT_FALSE(allreduce_pieces_of({{&a, &shifted}}, 2, &pieces));
+  Entry own_copy = entry(view(0, 8), view(8, 8));  // apart: fine
+  EXPECT_TRUE(allreduce_pieces_of({{&a, &own_copy}}, 2, &pieces));
+
+  EXPECT_FALSE(allreduce_pieces_of({{&a, nullptr}}, 2, &pieces));  // joined: the identity
+  Response compressed = allreduce("c", 8);
+  compressed.wire_dtype = DataType::kFloat16;
+  EXPECT_FALSE(allreduce_pieces_of({{&compressed, &alone}}, 2, &pieces));
 }
 
 }  // namespace
