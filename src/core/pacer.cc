@@ -25,7 +25,19 @@ constexpr std::chrono::seconds kLongestSleep(1);
 constexpr std::chrono::microseconds kActive(200);
 constexpr std::chrono::microseconds kLightNap(100);
 
+constexpr std::chrono::microseconds kHelperLook(30);
+
 }  // namespace
+
+bool relock_lightly(std::chrono::steady_clock::duration since_last_start,
+                    std::chrono::steady_clock::duration last_cycle) {
+  return since_last_start < kActive && last_cycle < kLightNap;
+}
+
+std::chrono::steady_clock::duration helper_look(std::chrono::steady_clock::duration last_cycle) {
+  return last_cycle < kHelperLook ? std::chrono::steady_clock::duration(kHelperLook)
+                                  : std::chrono::steady_clock::duration::zero();
+}
 
 Pacer::Pacer(Inbox& inbox, transport::CycleBell* bell)
     : inbox_(inbox), bell_(bell), idle_wait_(kMinIdleWait) {}
@@ -121,6 +133,10 @@ Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, const bool& must_cyc
 }
 
 void Pacer::cycle_done(bool idle) {
+  if (gate_ != nullptr) {
+    gate_->last_cycle_ticks.store((std::chrono::steady_clock::now() - last_start_).count(),
+                                  std::memory_order_relaxed);
+  }
   // The back-off costs no latency when ranks submit together (each wakes on its own work)
   // and keeps an idle runtime from taking a tenth of a core.
   idle_wait_ = idle ? std::min<std::chrono::steady_clock::duration>(idle_wait_ * 2, kMaxIdleWait)
@@ -185,10 +201,12 @@ void Pacer::relock() {
     // waits, and takes a core the other ranks' cycles need (the 4-byte latency's p90 went
     // from ~3 to 20-30 us). Past kActive a deep sleep: a light one would wake this thread
     // every kLightNap for as long as a long cycle takes (a 30 ms allreduce: 300 times).
-    // The caller rings even a light nap when it leaves work that is due.
+    // Only while the cycles are short, too: a cycle longer than kLightNap would wake it
+    // once per nap where a deep sleep costs one ring per submit (relock_lightly). The
+    // caller rings even a light nap when it leaves work that is due.
     const auto now = std::chrono::steady_clock::now();
     const TimePoint last(TimePoint::duration(last_start_ticks_.load(std::memory_order_relaxed)));
-    const bool light = now - last < kActive;
+    const bool light = relock_lightly(now - last, gate_->last_cycle());
     bell_->wait(ticket, now + (light ? kLightNap : kLongestSleep), light);
   }
 }

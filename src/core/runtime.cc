@@ -75,8 +75,10 @@ struct Runtime::Helper final : detail::CycleHelper {
     // The background thread holds the gate: it looks at the pacer (a moment), or runs a
     // cycle, maybe this handle's. Look again for a while before sleeping on the handle: a
     // sleep costs a wake-up on the way back (20-30 us on a busy 2-core VM, where lockstep
-    // ranks met the background thread's looks in one of ten iterations or more).
-    const auto until = std::chrono::steady_clock::now() + kHelpSpin;
+    // ranks met the background thread's looks in one of ten iterations or more). Only
+    // while cycles are short (helper_look): a long one outlasts the look, and the yields
+    // took the other ranks' cores.
+    const auto until = std::chrono::steady_clock::now() + helper_look(gate.last_cycle());
     while (!lock.try_lock()) {
       if (state.finished.load(std::memory_order_acquire) ||
           std::chrono::steady_clock::now() >= until) {
