@@ -6,8 +6,12 @@ namespace kolo::core::ops {
 
 namespace {
 
-std::string name_or_default(Runtime& runtime, const std::string& name, OpType op, int process_set) {
-  return name.empty() ? runtime.default_name(op, process_set) : name;
+// `name`, or the runtime's default name (kept in *made): no copy of a name the user gave.
+const std::string& name_or_default(Runtime& runtime, const std::string& name, OpType op,
+                                   int process_set, std::string* made) {
+  if (!name.empty()) return name;
+  *made = runtime.default_name(op, process_set);
+  return *made;
 }
 
 Handle submit(Runtime& runtime, const Status& built, Request request,
@@ -24,38 +28,42 @@ Handle submit(Runtime& runtime, const Status& built, Request request,
 Handle allreduce(Runtime& runtime, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
                  const AllreduceOptions& o, bool grouped) {
   Request r;
-  const Status s = o.name.empty() ? allreduce_request(
-                                        inputs, outputs, o, grouped,
-                                        runtime.default_name(OpType::kAllreduce, o.process_set), &r)
-                                  : allreduce_request(inputs, outputs, o, grouped, o.name, &r);
+  std::string made;
+  const Status s = allreduce_request(
+      inputs, outputs, o, grouped,
+      name_or_default(runtime, o.name, OpType::kAllreduce, o.process_set, &made), &r);
   return submit(runtime, s, std::move(r), std::move(inputs), std::move(outputs));
 }
 
 Handle allgather(Runtime& runtime, const TensorView& input, const AllgatherOptions& o) {
   Request r;
+  std::string made;
   const Status s = allgather_request(
-      input, o, name_or_default(runtime, o.name, OpType::kAllgather, o.process_set), &r);
+      input, o, name_or_default(runtime, o.name, OpType::kAllgather, o.process_set, &made), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 
 Handle broadcast(Runtime& runtime, const TensorView& tensor, const BroadcastOptions& o) {
   Request r;
+  std::string made;
   const Status s = broadcast_request(
-      tensor, o, name_or_default(runtime, o.name, OpType::kBroadcast, o.process_set), &r);
+      tensor, o, name_or_default(runtime, o.name, OpType::kBroadcast, o.process_set, &made), &r);
   return submit(runtime, s, std::move(r), {tensor}, {tensor});
 }
 
 Handle alltoall(Runtime& runtime, const TensorView& input, const AlltoallOptions& o) {
   Request r;
+  std::string made;
   const Status s = alltoall_request(
-      input, o, name_or_default(runtime, o.name, OpType::kAlltoall, o.process_set), &r);
+      input, o, name_or_default(runtime, o.name, OpType::kAlltoall, o.process_set, &made), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 
 Handle reducescatter(Runtime& runtime, const TensorView& input, const ReducescatterOptions& o) {
   Request r;
+  std::string made;
   const Status s = reducescatter_request(
-      input, o, name_or_default(runtime, o.name, OpType::kReducescatter, o.process_set), &r);
+      input, o, name_or_default(runtime, o.name, OpType::kReducescatter, o.process_set, &made), &r);
   return submit(runtime, s, std::move(r), {input}, {});
 }
 

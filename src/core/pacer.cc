@@ -121,11 +121,11 @@ Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, const bool& must_cyc
       std::chrono::duration<double, std::milli>(cycle_time_ms));
   Work work;
   if (bell_) {
-    wait_for_cycle(must_cycle, waiting, last_start_ + cycle_time, timeline, &work);
+    wait_for_cycle(must_cycle, waiting, last_start() + cycle_time, timeline, &work);
     if (gate_ && gate_->ended) return work;  // no cycle: the runtime stops
   } else {
     wait_for_work(std::max<std::chrono::steady_clock::duration>(idle_wait_, cycle_time),
-                  last_start_ + cycle_time, timeline, &work);
+                  last_start() + cycle_time, timeline, &work);
   }
   set_last_start(std::chrono::steady_clock::now());
   ++cycle_number_;
@@ -134,7 +134,7 @@ Pacer::Work Pacer::next(double cycle_time_ms, bool waiting, const bool& must_cyc
 
 void Pacer::cycle_done(bool idle) {
   if (gate_ != nullptr) {
-    gate_->last_cycle_ticks.store((std::chrono::steady_clock::now() - last_start_).count(),
+    gate_->last_cycle_ticks.store((std::chrono::steady_clock::now() - last_start()).count(),
                                   std::memory_order_relaxed);
   }
   // The back-off costs no latency when ranks submit together (each wakes on its own work)
@@ -170,21 +170,16 @@ void Pacer::wait_for_cycle(const bool& must_cycle, bool waiting, TimePoint not_b
     // finished them): the waiting probe is asked each time, and the heartbeat runs from
     // the last cycle's start, whoever ran it.
     if (waiting_) waiting = waiting_();
-    const TimePoint heartbeat = waiting ? last_start_ + kHeartbeat : TimePoint::max();
+    const TimePoint heartbeat = waiting ? last_start() + kHeartbeat : TimePoint::max();
     ask = must_cycle || now >= heartbeat || inbox_.has_work_now();
     if (ask) break;
-    const bool light = gate_ != nullptr && now - last_start_ < kActive;
+    const bool light = gate_ != nullptr && now - last_start() < kActive;
     const TimePoint until = std::min(heartbeat, now + (light ? kLightNap : kLongestSleep));
     if (gate_) gate_->mu.unlock();
     bell.wait(ticket, until, light);
     if (gate_) relock();
   }
   start(ask, not_before, timeline, work);
-}
-
-void Pacer::set_last_start(TimePoint t) {
-  last_start_ = t;
-  last_start_ticks_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 void Pacer::relock() {
@@ -205,8 +200,7 @@ void Pacer::relock() {
     // once per nap where a deep sleep costs one ring per submit (relock_lightly). The
     // caller rings even a light nap when it leaves work that is due.
     const auto now = std::chrono::steady_clock::now();
-    const TimePoint last(TimePoint::duration(last_start_ticks_.load(std::memory_order_relaxed)));
-    const bool light = relock_lightly(now - last, gate_->last_cycle());
+    const bool light = relock_lightly(now - last_start(), gate_->last_cycle());
     bell_->wait(ticket, now + (light ? kLightNap : kLongestSleep), light);
   }
 }

@@ -122,7 +122,7 @@ class Pacer {
   void cycle_done(bool idle);
 
   std::uint64_t cycle_number() const { return cycle_number_; }  // cycles started
-  std::chrono::steady_clock::time_point cycle_start() const { return last_start_; }
+  std::chrono::steady_clock::time_point cycle_start() const { return last_start(); }
 
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
@@ -135,8 +135,13 @@ class Pacer {
   void relock();
   // Asks the other ranks for the next cycle unless one did, and takes this rank's work.
   void start(bool ask, TimePoint not_before, bool timeline, Work* work);
-  // Sets last_start_ and its copy for relock(), which runs without the gate.
-  void set_last_start(TimePoint t);
+  // When the last cycle started (relock() reads it without the gate).
+  TimePoint last_start() const {
+    return TimePoint(TimePoint::duration(last_start_ticks_.load(std::memory_order_relaxed)));
+  }
+  void set_last_start(TimePoint t) {
+    last_start_ticks_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // Moves the queued requests (unless held) into `work`.
   void take(bool timeline, Work* work) KOLO_REQUIRES(inbox_.mu_);
 
@@ -145,8 +150,7 @@ class Pacer {
   CycleGate* gate_ = nullptr;
   std::function<bool()> waiting_;
   std::chrono::steady_clock::duration idle_wait_;
-  TimePoint last_start_{};
-  std::atomic<TimePoint::rep> last_start_ticks_{0};  // last_start_, read without the gate
+  std::atomic<TimePoint::rep> last_start_ticks_{0};  // see last_start()
   std::uint64_t cycle_number_ = 0;
 };
 

@@ -491,6 +491,17 @@ TEST(ShmFailureTest, ARankThatGoesAwayIsNamedWithinMilliseconds) {
   });
 }
 
+// Rank 0's and rank 1's mappings of one 2-rank segment, each joined as its rank (the name
+// is unlinked already).
+void two_rank_segment(shm::Segment* mine, shm::Segment* theirs) {
+  ASSERT_TRUE(shm::Segment::create(2, shm::kMinRegion, mine).ok());
+  const Status opened = shm::Segment::open(mine->name(), 2, theirs);
+  shm::Segment::unlink(mine->name());
+  ASSERT_TRUE(opened.ok()) << opened.to_string();
+  ASSERT_TRUE(mine->join(0).ok());
+  ASSERT_TRUE(theirs->join(1).ok());
+}
+
 // A rank that arrives, finishes the collective with the others and closes its segment (its
 // last call, as at kolo::shutdown()) between a waiting rank's look at its epoch and that
 // rank's liveness check took part: it must not be reported dead. A 4-rank mpirun job once
@@ -498,12 +509,7 @@ TEST(ShmFailureTest, ARankThatGoesAwayIsNamedWithinMilliseconds) {
 // rank 0 did not take part: its process ... exited").
 TEST(ShmFailureTest, ARankThatArrivesAndLeavesWhileItsLivenessIsCheckedTookPart) {
   shm::Segment mine, theirs;  // rank 0's and rank 1's mappings of one segment
-  ASSERT_TRUE(shm::Segment::create(2, shm::kMinRegion, &mine).ok());
-  const Status opened = shm::Segment::open(mine.name(), 2, &theirs);
-  shm::Segment::unlink(mine.name());
-  ASSERT_TRUE(opened.ok()) << opened.to_string();
-  ASSERT_TRUE(mine.join(0).ok());
-  ASSERT_TRUE(theirs.join(1).ok());
+  ASSERT_NO_FATAL_FAILURE(two_rank_segment(&mine, &theirs));
   shm::Barrier waiter(&mine, 0, 2);
   auto leaver = std::make_unique<shm::Barrier>(&theirs, 1, 2);
   int checks = 0;
@@ -546,12 +552,7 @@ TEST(ShmFailureTest, OneRanksFailureReachesTheOthersAtOnce) {
 // 2, 4 f" on one rank: the 376-byte text of the time had cut the cause off.)
 TEST(ShmFailureTest, ALongRelayedFailureKeepsItsCause) {
   shm::Segment mine, theirs;
-  ASSERT_TRUE(shm::Segment::create(2, shm::kMinRegion, &mine).ok());
-  const Status opened = shm::Segment::open(mine.name(), 2, &theirs);
-  shm::Segment::unlink(mine.name());
-  ASSERT_TRUE(opened.ok()) << opened.to_string();
-  ASSERT_TRUE(mine.join(0).ok());
-  ASSERT_TRUE(theirs.join(1).ok());
+  ASSERT_NO_FATAL_FAILURE(two_rank_segment(&mine, &theirs));
   shm::Barrier reporter(&mine, 0, 2), reader(&theirs, 1, 2);
   std::string message = "hierarchical allreduce on rank 0 of 6: another host failed: ";
   for (int hop = 0; hop < 120; ++hop) message += "rank " + std::to_string(hop) + " reported: ...: ";
