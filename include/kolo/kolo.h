@@ -73,9 +73,9 @@ struct AllgatherOptions {
 };
 
 struct BroadcastOptions {
-  std::string name = {};  // "" = "broadcast.noname.<n>"
-  int root = 0;           // rank whose tensor every rank receives
-  int process_set = kGlobalProcessSet;
+  std::string name = {};                // "" = "broadcast.noname.<n>"
+  int root = 0;                         // rank of the job whose tensor every rank receives
+  int process_set = kGlobalProcessSet;  // with a set, root must be one of its members
 };
 
 struct AlltoallOptions {
@@ -93,8 +93,10 @@ struct ReducescatterOptions {
 };
 
 // Every `process_set` field: the id() of a ProcessSet this rank is a member of (only its
-// members submit operations on it; the others get kolo::Error at once). Ranks, roots and
-// splits in the options are ranks of that set (ProcessSet::rank()), as in Horovod.
+// members submit operations on it; the others get kolo::Error at once). A broadcast's root
+// is a rank of the job, as in Horovod (a root that is not a member is a kolo::Error at
+// once); alltoall's splits and the order of allgather's rows follow the set's ranks
+// (ProcessSet::rank()).
 struct BarrierOptions {
   int process_set = kGlobalProcessSet;
 };
@@ -186,13 +188,18 @@ int join();
 
 // The set of all ranks (id kGlobalProcessSet).
 ProcessSet global_process_set();
+// The set with this id (what ProcessSet::id() and the options' `process_set` hold), as
+// this rank sees it. Throws kolo::Error (kInvalidArgument) for a removed or unknown id.
+ProcessSet process_set(int id);
 // Registers a process set of `ranks` (ranks of the job, in any order: they are sorted, as
 // Horovod does; no repeats). Collective: every rank of the job calls it, non-members too,
 // with the same ranks, and all ranks make their add/remove calls in the same order. Blocks
 // until every rank has made the call; ids count up from 1 and are never reused. Throws
 // kolo::Error on every rank when the ranks differ between ranks (kMismatch, naming each
 // rank's list), are empty, out of range or repeated, when a set of these ranks already
-// exists, or while a rank has joined (kInvalidArgument).
+// exists (the global set's ranks included: use global_process_set()), or while a rank has
+// joined (kInvalidArgument). A refused call leaves no trace: the next one runs as if it had
+// not been made.
 ProcessSet add_process_set(std::vector<int> ranks);
 // Removes a set: collective like add_process_set. Operations still pending on it fail
 // (naming the set), later ones are refused. Throws kolo::Error (kInvalidArgument) for

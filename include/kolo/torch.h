@@ -72,7 +72,8 @@ class TorchHandle {
 // on the root (zeros elsewhere), as in Horovod; grouped_allreduce is differentiable like
 // allreduce. The `_` forms count as in-place writes for autograd (a tensor saved for a
 // backward pass and then overwritten makes that backward pass fail, as with torch's own
-// in-place ops). An unsupported dtype is a kolo::Error naming the tensor.
+// in-place ops). An unsupported dtype is a kolo::Error naming the tensor. Backward passes
+// run on the forward's process set (options.process_set), as in Horovod.
 torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& options = {});
 void allreduce_(torch::Tensor& tensor, const AllreduceOptions& options = {});
 TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options = {});
@@ -108,15 +109,20 @@ void broadcast_parameters(const NamedTensors& named_parameters, int root = 0);
 // rank's first parameter (e.g. cuda:<local_rank>, not root's GPU).
 void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
 
-// Root's bytes on every rank.
-std::string broadcast_object(const std::string& bytes, int root = 0, const std::string& name = "");
-// Every rank's bytes, in rank order.
-std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name = "");
+// Root's bytes on every rank. With a process set (its id(), as the collectives' option),
+// among its members only: root is a rank of the job and a member (Horovod's
+// broadcast_object(obj, root_rank, name, process_set)).
+std::string broadcast_object(const std::string& bytes, int root = 0, const std::string& name = "",
+                             int process_set = kGlobalProcessSet);
+// Every rank's bytes, in rank order (of the set's members, with a process set).
+std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name = "",
+                                          int process_set = kGlobalProcessSet);
 // Values libtorch can serialise (tensors, numbers, strings, lists, dicts of those).
 torch::IValue broadcast_object(const torch::IValue& value, int root = 0,
-                               const std::string& name = "");
+                               const std::string& name = "", int process_set = kGlobalProcessSet);
 std::vector<torch::IValue> allgather_object(const torch::IValue& value,
-                                            const std::string& name = "");
+                                            const std::string& name = "",
+                                            int process_set = kGlobalProcessSet);
 
 // --- DistributedOptimizer -------------------------------------------------------------------
 
@@ -136,6 +142,11 @@ struct DistributedOptimizerOptions {
   // default (before each forward), so that they do not drift apart across ranks. false:
   // each rank keeps its own buffers (Horovod's behaviour).
   bool broadcast_buffers = true;
+  // The ranks that average their gradients (a ProcessSet's id(), Horovod's
+  // DistributedOptimizer(process_set=...)): kAverage divides by the set's size, and the
+  // buffers come from the set's first rank. Only members may construct it (others get a
+  // kolo::Error at construction); each set's members train their own replica.
+  int process_set = kGlobalProcessSet;
 };
 
 // Wraps any torch::optim::Optimizer. Gradients are allreduced in place in .grad as each
@@ -231,6 +242,7 @@ class DistributedOptimizer : public torch::optim::Optimizer {
   // back as copies.
   void share_options();
   std::vector<TorchHandle> broadcast_buffers_async();
+  int workers() const { return set_.id() < 0 ? kolo::size() : set_.size(); }  // that average
   friend void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root);
 
   torch::optim::Optimizer& optimizer_;
@@ -239,6 +251,7 @@ class DistributedOptimizer : public torch::optim::Optimizer {
   NamedTensors buffers_;              // with a module and broadcast_buffers
   std::vector<double> shared_lrs_;    // per group: the learning rate at the last share_options
   std::vector<std::string> claimed_;  // tensor names this optimizer holds (unique per process)
+  ProcessSet set_;                    // options_.process_set, as at construction
   bool skip_sync_ = false;
   bool synchronized_ = false;  // synchronize() ran and no backward pass since
   std::vector<Handle::Times> last_times_;

@@ -403,6 +403,7 @@ int join() {
 }
 
 ProcessSet global_process_set() { return core::ops::global_process_set(*current()); }
+ProcessSet process_set(int id) { return core::ops::process_set(*current(), id); }
 ProcessSet add_process_set(std::vector<int> ranks) {
   return core::ops::add_process_set(*current(), std::move(ranks));
 }

@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <map>
 
 #include "common/logging.h"
 
@@ -290,6 +291,20 @@ Status detect_launch_env(const Env& env, LaunchEnv* out) {
   KOLO_RETURN_IF_ERROR(parse_config(env, &config));
   LaunchEnv e;
   KOLO_RETURN_IF_ERROR(detect(env, config, &e));
+  if (e.size > kMaxWorldSize) {
+    const std::map<std::string, const char*> size_var = {{"kolorun", "KOLO_SIZE"},
+                                                         {"mpirun", "OMPI_COMM_WORLD_SIZE"},
+                                                         {"pmi", "PMI_SIZE"},
+                                                         {"torch", "WORLD_SIZE"},
+                                                         {"slurm", "SLURM_NTASKS"}};
+    const auto it = size_var.find(e.launcher);
+    const std::string what =
+        it != size_var.end() ? std::string(it->second) + "=" + value(env, it->second)
+                             : "TF_CONFIG's " + std::to_string(e.size) + " chief and worker tasks";
+    return InvalidArgument(what + " is more processes than a kolo job can have (at most " +
+                           std::to_string(kMaxWorldSize) +
+                           ": the store's start-up waits on one key per rank)");
+  }
   if (e.uses_store()) e.secret = config.rendezvous_secret;
   e.test_hosts = test_hosts(env);
   *out = e;

@@ -76,8 +76,14 @@ struct LaunchEnv {
 // launcher is tried). An invalid TF_CONFIG, torch-style variables that are incomplete or
 // out of range, a bad store address, or a KOLO_* option that does not parse are
 // kInvalidArgument naming the variable and its value; TF_CONFIG roles kolo does not run
-// yet (ps, evaluator) are kUnsupported, after the whole spec was validated.
+// yet (ps, evaluator) are kUnsupported, after the whole spec was validated. A world above
+// kMaxWorldSize is kInvalidArgument naming its variable and value, before anything is
+// allocated for it.
 Status detect_launch_env(const Env& env, LaunchEnv* out);
+
+// The most processes a job can have: the store's start-up waits on one key per rank, and a
+// request carries at most 65536 keys (rendezvous/tcp_store_wire.h, kMaxKeys).
+inline constexpr int kMaxWorldSize = 65536;
 
 // The transport KOLO_TRANSPORT=auto means for this job: "local" for one process, "gloo"
 // for a store job, "mpi" otherwise (mpirun, MPICH, Slurm with MPI, kolorun's --mpi path).

@@ -438,4 +438,26 @@ TEST(LaunchEnvTest, HostPort) {
 }
 
 }  // namespace
+// A world the store cannot start is refused at once, naming its variable and value: at
+// 70000 the start-up once failed with the store's own "65536 keys" error, and at two
+// billion it allocated until bad_alloc.
+TEST(LaunchEnvTest, AWorldTooLargeToStartNamesItsVariable) {
+  const Env master = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  for (const char* size : {"70000", "2000000000"}) {
+    const Status s = detect_error(merge({master, {{"RANK", "1"}, {"WORLD_SIZE", size}}}));
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+    EXPECT_CONTAINS(s.message(), std::string("WORLD_SIZE=") + size +
+                                     " is more processes than a kolo job can have (at most 65536");
+  }
+  Env big = kKolorun;
+  big["KOLO_SIZE"] = "65537";
+  EXPECT_CONTAINS(detect_error(big).message(), "KOLO_SIZE=65537 is more processes");
+  Env slurm = kSlurm;
+  slurm["SLURM_NTASKS"] = "100000";
+  EXPECT_CONTAINS(detect_error(slurm).message(), "SLURM_NTASKS=100000 is more processes");
+  const LaunchEnv most =
+      detect_launch_env(merge({master, {{"RANK", "1"}, {"WORLD_SIZE", "65536"}}}));
+  EXPECT_EQ(most.size, kMaxWorldSize);
+}
+
 }  // namespace kolo::core

@@ -85,9 +85,11 @@ void remove_process_set(Runtime& runtime, const ProcessSet& set) {
   runtime.remove_process_set(set.id()).throw_if_error();
 }
 
-ProcessSet global_process_set(Runtime& runtime) {
+ProcessSet global_process_set(Runtime& runtime) { return process_set(runtime, kGlobalProcessSet); }
+
+ProcessSet process_set(Runtime& runtime, int id) {
   ProcessSet set;
-  runtime.process_set(kGlobalProcessSet, &set).throw_if_error();
+  runtime.process_set(id, &set).throw_if_error();
   return set;
 }
 

@@ -29,5 +29,6 @@ Handle join(Runtime& runtime);
 ProcessSet add_process_set(Runtime& runtime, std::vector<int> ranks);
 void remove_process_set(Runtime& runtime, const ProcessSet& set);
 ProcessSet global_process_set(Runtime& runtime);
+ProcessSet process_set(Runtime& runtime, int id);
 
 }  // namespace kolo::core::ops

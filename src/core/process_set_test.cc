@@ -63,9 +63,9 @@ void check_collectives(Runtime& rt, const ProcessSet& set, int rank, int rounds)
     std::vector<std::int32_t> rows(static_cast<std::size_t>(me + 1), rank);
     AllgatherOptions go{.name = tag + "gather", .process_set = set.id()};
     Handle hg = ops::allgather(rt, view_of(rows, DataType::kInt32), go);
-    // broadcast from the set's last rank (a set rank, not a job rank).
+    // broadcast from the set's last member: the root is a rank of the job (Horovod's rule).
     std::vector<double> b(4, rank);
-    BroadcastOptions bo{.name = tag + "bcast", .root = n - 1, .process_set = set.id()};
+    BroadcastOptions bo{.name = tag + "bcast", .root = ranks.back(), .process_set = set.id()};
     Handle hb = ops::broadcast(rt, view_of(b, DataType::kFloat64), bo);
     // alltoall: one row to each member, holding the sender's job rank.
     std::vector<std::int64_t> a2a(static_cast<std::size_t>(n), rank);
@@ -233,16 +233,21 @@ TEST(ProcessSetTest, InvalidRankListsFailEverywhere) {
         },
         ErrorCode::kInvalidArgument,
         {"process set " + std::to_string(set.id()) + " already has ranks 1, 2"}, rank);
-    // A set of one rank and the set of every rank are sets like others.
+    // A set of one rank is a set like others; the set of every rank is the global set.
     const ProcessSet one = ops::add_process_set(rt, {1});
-    const ProcessSet all = ops::add_process_set(rt, {0, 1, 2});
+    expect_error(
+        [&] {
+          ops::add_process_set(rt, {2, 0, 1});
+        },
+        ErrorCode::kInvalidArgument,
+        {"ranks 0, 1, 2 are every rank of the job", "duplicate of the global process set"}, rank);
     std::vector<float> v(3, rank + 1.0f);
     if (rank == 1) {
       allreduce(rt, v, one.id(), "alone").wait();
       for (float x : v) EXPECT_EQ(x, 2.0f);
     }
-    allreduce(rt, v, all.id(), "everyone").wait();
-    for (float x : v) EXPECT_EQ(x, 6.0f);
+    // The refusal left no trace: the next set gets the next id.
+    EXPECT_EQ(ops::add_process_set(rt, {0, 2}).id(), one.id() + 1);
   });
 }
 
@@ -279,7 +284,7 @@ TEST(ProcessSetTest, RemovalErrorsAndReuse) {
 }
 
 TEST(ProcessSetTest, RemovalFailsWhatIsPendingOnTheSet) {
-  run_ranks(2, test_config(), [](int rank, Runtime& rt) {
+  run_ranks(3, test_config(), [](int rank, Runtime& rt) {
     const ProcessSet set = ops::add_process_set(rt, {0, 1});
     std::vector<float> v(2, 1.0f);
     Handle lonely;
@@ -297,7 +302,7 @@ TEST(ProcessSetTest, RemovalFailsWhatIsPendingOnTheSet) {
     // The global set is unaffected.
     std::vector<float> g(2, rank + 1.0f);
     allreduce(rt, g, kGlobalProcessSet, "after").wait();
-    EXPECT_EQ(g[0], 3.0f);
+    EXPECT_EQ(g[0], 6.0f);
   });
 }
 
@@ -322,14 +327,13 @@ TEST(ProcessSetTest, AnErrorInsideASetNamesTheSetAndItsRanks) {
                                      "rank 0; float64 on rank 1"),
               std::string::npos)
         << h.error_message();
-    // Broadcast roots are ranks of the set: 2 is out of range in a set of two.
+    // Broadcast roots are ranks of the job: 0 is not a member, refused at once.
     std::vector<float> b(2, 1.0f);
-    BroadcastOptions bo{.name = "root", .root = 2, .process_set = set.id()};
-    Handle hb = ops::broadcast(rt, view_of(b, DataType::kFloat32), bo);
-    ASSERT_TRUE(hb.wait_for(std::chrono::seconds(10)));
-    EXPECT_NE(hb.error_message().find("root rank 2 is out of range; there are 2 ranks"),
-              std::string::npos)
-        << hb.error_message();
+    BroadcastOptions bo{.name = "root", .root = 0, .process_set = set.id()};
+    expect_error([&] { ops::broadcast(rt, view_of(b, DataType::kFloat32), bo); },
+                 ErrorCode::kInvalidArgument,
+                 {"broadcast 'root': root rank 0 is not a member of process set 1 (ranks 1, 2)"},
+                 rank);
     ops::barrier(rt, {}).wait();
   });
 }
@@ -351,6 +355,55 @@ TEST(ProcessSetTest, RegistrationWhileARankHasJoinedFails) {
     ops::join(rt).wait();
   });
 }
+
+// At 2, 3 and 4 ranks: the sets below reach past rank 0, so a root read as a rank of the
+// set would pick another member (or be out of range) and give other values, silently.
+class ProcessSetRanksTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ProcessSetRanksTest, BroadcastRootsAreRanksOfTheJob) {
+  const int n = GetParam();
+  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+    std::vector<int> upper;  // every rank but 0
+    for (int r = 1; r < n; ++r) upper.push_back(r);
+    const ProcessSet set = ops::add_process_set(rt, upper);
+    if (set.included()) {
+      for (int root : upper) {
+        std::vector<double> b(3, 10.0 * rank);
+        BroadcastOptions bo{
+            .name = "b" + std::to_string(root), .root = root, .process_set = set.id()};
+        ops::broadcast(rt, view_of(b, DataType::kFloat64), bo).wait();
+        for (double x : b) ASSERT_EQ(x, 10.0 * root) << "rank " << rank << ", root " << root;
+      }
+    }
+    ops::barrier(rt, {}).wait();
+  });
+}
+
+TEST_P(ProcessSetRanksTest, ARefusedRegistrationLeavesNoTrace) {
+  const int n = GetParam();
+  run_ranks(n, test_config(), [n](int rank, Runtime& rt) {
+    const int joiner = n - 1;
+    if (rank == joiner) {
+      ops::join(rt).wait();
+    } else {
+      expect_error([&] { ops::add_process_set(rt, {0}); }, ErrorCode::kInvalidArgument,
+                   {"cannot run while rank " + std::to_string(joiner) + " has joined"}, rank);
+      ops::join(rt).wait();
+    }
+    // Every rank registers and removes sets as if the refused call had not been made.
+    const ProcessSet set = ops::add_process_set(rt, {0});
+    EXPECT_EQ(set.id(), 1);
+    std::vector<float> v(2, rank + 1.0f);
+    if (set.included()) {
+      allreduce(rt, v, set.id(), "after").wait();
+      EXPECT_EQ(v[0], 1.0f);
+    }
+    ops::remove_process_set(rt, set);
+    EXPECT_EQ(ops::add_process_set(rt, {1}).id(), 2);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessSetRanksTest, ::testing::Values(2, 3, 4));
 
 }  // namespace
 }  // namespace kolo::core

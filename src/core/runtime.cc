@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -202,6 +203,19 @@ Status Runtime::submit_entry(Request request, std::vector<TensorView> inputs,
                              "); only its members may submit operations on it");
     }
     request.rank = set->second.rank;
+    if (request.op == OpType::kBroadcast) {
+      // Roots are ranks of the job (Horovod's rule); negotiation inside the set numbers
+      // its members 0..n-1.
+      const std::vector<int>& members = set->second.ranks;
+      const auto root = std::find(members.begin(), members.end(), request.root);
+      if (root == members.end()) {
+        return InvalidArgument(what() + ": root rank " + std::to_string(request.root) +
+                               " is not a member of process set " + std::to_string(id) + " (" +
+                               ranks_string(members) +
+                               "); the root is a rank of the job, one of the set's ranks");
+      }
+      request.root = static_cast<std::int32_t>(root - members.begin());
+    }
   }
   entry->request = request;
   entry->inputs = std::move(inputs);
@@ -217,8 +231,11 @@ Status Runtime::submit_entry(Request request, std::vector<TensorView> inputs,
 
 Status Runtime::change_process_sets(Request request, int* id) {
   {
+    // Named by the number of changes that succeeded: a refused change leaves no trace,
+    // also on a rank that took no part in it (one that had joined gets the refusal's
+    // response but made no call, so a count of calls would drift apart between ranks).
     std::lock_guard<std::mutex> lock(mu_);
-    request.name = "kolo.process_set." + std::to_string(set_changes_++);
+    request.name = "kolo.process_set." + std::to_string(set_changes_);
   }
   std::shared_ptr<detail::HandleState> state;
   KOLO_RETURN_IF_ERROR(submit_entry(std::move(request), {}, {}, &state));
@@ -228,6 +245,10 @@ Status Runtime::change_process_sets(Request request, int* id) {
   while (!handle.wait_for(std::chrono::seconds(1))) {
   }
   if (!handle.ok()) return Status(handle.error_code(), handle.error_message());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++set_changes_;
+  }
   if (id) *id = state->process_set_id;
   return Status::OK();
 }
@@ -692,10 +713,14 @@ Status Runtime::add_set(Loop& loop, const Response& r, int* id) {
     // Every rank knows the same sets at this point of the order: the same verdict.
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [other, info] : sets_) {
-      if (other != kGlobalProcessSet && info.ranks == ranks) {
-        return InvalidArgument(what + ": process set " + std::to_string(other) + " already has " +
-                               ranks_string(ranks) + "; use it, or remove it first");
+      if (info.ranks != ranks) continue;
+      if (other == kGlobalProcessSet) {
+        return InvalidArgument(what + ": " + ranks_string(ranks) +
+                               " are every rank of the job: a duplicate of the global process "
+                               "set (id 0); use kolo::global_process_set()");
       }
+      return InvalidArgument(what + ": process set " + std::to_string(other) + " already has " +
+                             ranks_string(ranks) + "; use it, or remove it first");
     }
   }
   std::unique_ptr<transport::Communicator> sub;

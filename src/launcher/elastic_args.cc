@@ -1,10 +1,20 @@
 #include "launcher/elastic_args.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
+#include "core/config.h"
 #include "launcher/hosts.h"
 
 namespace kolo::launcher {
+namespace {
+
+// KOLO_ELASTIC_TIMEOUT_SECONDS' least value (core/options.def).
+constexpr double kMinElasticSeconds = 0.001;
+
+}  // namespace
 
 Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, LaunchRequest* request) {
   if (a.np == 0 && a.min_np == 0) {
@@ -40,14 +50,34 @@ Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, Launch
     }
     e->cooldown = Cooldown{a.cooldown[0], a.cooldown[1]};
   }
-  if (!(a.elastic_timeout > 0) || !(a.discovery_interval > 0)) {
-    return InvalidArgument(
-        std::string(!(a.elastic_timeout > 0) ? "--elastic-timeout" : "--discovery-interval") +
-        " must be a positive number of seconds");
+  // One range for kolorun and its workers, which take --elastic-timeout as
+  // KOLO_ELASTIC_TIMEOUT_SECONDS (core/options.def checks the same bounds).
+  double timeout = a.elastic_timeout;
+  std::string timeout_name = "--elastic-timeout";
+  if (!a.elastic_timeout_env.empty()) {
+    timeout_name = std::string(kElasticTimeoutVar) + " (--elastic-timeout's default)";
+    char* end = nullptr;
+    timeout = std::strtod(a.elastic_timeout_env.c_str(), &end);
+    if (end == a.elastic_timeout_env.c_str() || *end != '\0') {
+      return InvalidArgument(std::string(kElasticTimeoutVar) + "=" + a.elastic_timeout_env +
+                             " is not a number of seconds; give --elastic-timeout or unset it");
+    }
+  }
+  const auto in_range = [](double s) {
+    return std::isfinite(s) && s >= kMinElasticSeconds && s <= core::kMaxDurationSeconds;
+  };
+  if (!in_range(timeout) || !in_range(a.discovery_interval)) {
+    const bool t = !in_range(timeout);
+    char value[64];
+    std::snprintf(value, sizeof(value), "%g", t ? timeout : a.discovery_interval);
+    char range[64];
+    std::snprintf(range, sizeof(range), "[%g, %g]", kMinElasticSeconds, core::kMaxDurationSeconds);
+    return InvalidArgument((t ? timeout_name : std::string("--discovery-interval")) + " " + value +
+                           " is outside " + range + " seconds (at most 7 days)");
   }
   e->reset_limit = a.reset_limit;
   e->default_slots = a.slots;
-  e->elastic_timeout_s = a.elastic_timeout;
+  e->elastic_timeout_s = timeout;
   e->discovery_interval_s = a.discovery_interval;
   e->discovery_script = a.discovery_script;
   request->np = np;

@@ -27,13 +27,18 @@ struct ElasticArgs {
   std::string hostfile;
   double grace_seconds = 5;
   std::vector<std::string> program;
+  // KOLO_ELASTIC_TIMEOUT_SECONDS as kolorun found it, when --elastic-timeout was not given
+  // (then it replaces elastic_timeout); empty: not set.
+  std::string elastic_timeout_env;
 };
 
 // Fills the driver's options (min, max, start size, cooldown, limits, the first hosts:
 // the script's first run, -H, --hostfile, or this host with max(np, max) slots) and the
 // request (np, the program, the hosts). kInvalidArgument with kolorun's message for a
 // combination that cannot run: no -np or --min-np, min above max, -np outside them, a bad
-// --slots / --reset-limit / --blacklist-cooldown-range / timeout, a script together with
+// --slots / --reset-limit / --blacklist-cooldown-range, a timeout or interval outside
+// [0.001, 604800] s (also KOLO_ELASTIC_TIMEOUT_SECONDS: the workers' range, which kolorun
+// hands them), a script together with
 // -H or --hostfile, a script whose first run fails, fixed hosts with fewer than --min-np
 // slots, no program.
 Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, LaunchRequest* request);

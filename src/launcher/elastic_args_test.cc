@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace kolo::launcher {
 namespace {
 
@@ -65,7 +67,9 @@ TEST(ElasticArgs, RefusalsSayWhatIsWrong) {
   EXPECT_NE(refusal(a).find("expected 0 < LO <= HI"), std::string::npos);
   a = args(2, 1, 2);
   a.elastic_timeout = 0;
-  EXPECT_NE(refusal(a).find("--elastic-timeout must be a positive number"), std::string::npos);
+  EXPECT_NE(refusal(a).find("--elastic-timeout 0 is outside [0.001, 604800] seconds"),
+            std::string::npos)
+      << refusal(a);
   a = args(2, 1, 2);
   a.discovery_script = "echo localhost:2";
   a.hosts_given = true;
@@ -92,6 +96,41 @@ TEST(ElasticArgs, TheDiscoveryScriptsFirstRunMustWork) {
   EXPECT_EQ(e.discovery_script, a.discovery_script);
   a.discovery_script = "exit 3";
   EXPECT_NE(refusal(a).find("(on its first run)"), std::string::npos);
+}
+
+// kolorun hands --elastic-timeout to its workers as KOLO_ELASTIC_TIMEOUT_SECONDS: a value
+// they would refuse at init is refused before any starts, and so is a bad variable.
+TEST(ElasticArgs, TheTimeoutHasTheWorkersRange) {
+  for (double bad : {700000.0, std::numeric_limits<double>::infinity(), 0.0001, -1.0}) {
+    ElasticArgs a = args(2, 1, 2);
+    a.elastic_timeout = bad;
+    EXPECT_NE(refusal(a).find("--elastic-timeout"), std::string::npos) << bad;
+    EXPECT_NE(refusal(a).find("is outside [0.001, 604800] seconds"), std::string::npos)
+        << refusal(a);
+  }
+  ElasticArgs a = args(2, 1, 2);
+  a.discovery_interval = std::numeric_limits<double>::infinity();
+  EXPECT_NE(refusal(a).find("--discovery-interval inf is outside"), std::string::npos)
+      << refusal(a);
+  a = args(2, 1, 2);
+  a.elastic_timeout_env = "700000";
+  EXPECT_NE(refusal(a).find("KOLO_ELASTIC_TIMEOUT_SECONDS (--elastic-timeout's default) "
+                            "700000 is outside"),
+            std::string::npos)
+      << refusal(a);
+  a.elastic_timeout_env = "ten";
+  EXPECT_NE(refusal(a).find("KOLO_ELASTIC_TIMEOUT_SECONDS=ten is not a number of seconds"),
+            std::string::npos)
+      << refusal(a);
+  a.elastic_timeout_env = "30";
+  ElasticOptions e;
+  LaunchRequest request;
+  ASSERT_TRUE(elastic_options_from_args(a, &e, &request).ok());
+  EXPECT_EQ(e.elastic_timeout_s, 30);
+  a.elastic_timeout_env.clear();
+  a.elastic_timeout = 604800;
+  ASSERT_TRUE(elastic_options_from_args(a, &e, &request).ok());
+  EXPECT_EQ(e.elastic_timeout_s, 604800);
 }
 
 }  // namespace

@@ -504,9 +504,6 @@ int main(int argc, char** argv) {
   std::string discovery_script;
   std::vector<double> cooldown;
   double elastic_timeout = 600, discovery_interval = 1;
-  if (const char* t = std::getenv(launcher::kElasticTimeoutVar); t != nullptr && *t) {
-    elastic_timeout = std::atof(t);
-  }
   auto* min_opt = app.add_option("--min-np", min_np,
                                  "an elastic job: the fewest workers it trains with; it waits "
                                  "(--elastic-timeout) for that many slots (default: -np; >= 1)")
@@ -587,19 +584,24 @@ int main(int argc, char** argv) {
       return fail(std::string("elastic jobs run on kolorun's own launcher and Gloo; ") +
                   (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") + " is not elastic");
     }
-    return run_elastic_main(
-        launcher::ElasticArgs{np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots,
-                              reset_limit, cooldown, elastic_timeout, discovery_interval, host_list,
-                              hosts_opt->count() > 0, hostfile, grace_seconds, app.remaining()},
-        [&] {
-          OwnLaunch own;
-          own.dry_run = dry_run;
-          own.rendezvous_addr = rendezvous_addr;
-          own.ssh_port = ssh_port;
-          own.ssh_identity_file = ssh_identity_file;
-          own.ssh_config = ssh_config;
-          return own;
-        }());
+    const char* env_timeout = std::getenv(launcher::kElasticTimeoutVar);
+    launcher::ElasticArgs args{
+        np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots, reset_limit,
+        cooldown, elastic_timeout, discovery_interval, host_list, hosts_opt->count() > 0, hostfile,
+        grace_seconds, app.remaining(),
+        // The workers' variable is --elastic-timeout's default
+        // (checked with it).
+        timeout_opt->count() == 0 && env_timeout != nullptr ? std::string(env_timeout)
+                                                            : std::string()};
+    return run_elastic_main(args, [&] {
+      OwnLaunch own;
+      own.dry_run = dry_run;
+      own.rendezvous_addr = rendezvous_addr;
+      own.ssh_port = ssh_port;
+      own.ssh_identity_file = ssh_identity_file;
+      own.ssh_config = ssh_config;
+      return own;
+    }());
   }
   if (ps_opt->count() == 0 && np_opt->count() == 0) {
     return fail("-np N is required: the number of workers (run kolorun --help for usage)");

@@ -94,6 +94,14 @@ std::string seconds(double s) { return number_string(s) + " s"; }
 
 Status TcpStore::connect(const TcpStoreOptions& options, std::unique_ptr<TcpStore>* out) {
   std::unique_ptr<TcpStore> store(new TcpStore(options));
+  // The server reads at most wire::kMaxHelloBytes before a hello: a longer secret would be
+  // cut off as a stranger's, which looks like a dead server (and was retried as one).
+  if (options.secret.size() > wire::kMaxSecretBytes) {
+    return InvalidArgument("rendezvous: the job secret for " + store->describe() + " is " +
+                           std::to_string(options.secret.size()) + " bytes, over the limit of " +
+                           std::to_string(wire::kMaxSecretBytes) +
+                           " (KOLO_RENDEZVOUS_SECRET): give a shorter one");
+  }
   const Deadline by = deadline_after(options.connect_timeout_s);
   std::unique_ptr<Connection> c;
   auto backoff = std::chrono::milliseconds(10);
@@ -112,7 +120,9 @@ Status TcpStore::connect(const TcpStoreOptions& options, std::unique_ptr<TcpStor
   return Status::OK();
 }
 
-Status TcpStore::open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out) {
+Status TcpStore::open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out,
+                                 bool* accepted) {
+  if (accepted != nullptr) *accepted = false;
   std::string error;
   const int fd = try_connect(options_.host, options_.port, by, &error);
   if (fd < 0) {
@@ -121,6 +131,7 @@ Status TcpStore::open_connection(Deadline by, double timeout_s, std::unique_ptr<
                        "); is the server (kolorun, or rank 0) running, and are its host and "
                        "port right?");
   }
+  if (accepted != nullptr) *accepted = true;
   auto c = std::make_unique<Connection>();
   c->fd = fd;
   Message hello, reply;
@@ -128,8 +139,7 @@ Status TcpStore::open_connection(Deadline by, double timeout_s, std::unique_ptr<
   hello.value = options_.secret;
   std::string frame;
   if (!wire::encode(hello, &frame).ok()) {
-    return InvalidArgument("rendezvous: the job secret for " + describe() + " is " +
-                           std::to_string(options_.secret.size()) + " bytes; keep it under 64 KiB");
+    return InvalidArgument("rendezvous: the hello for " + describe() + " does not encode");
   }
   KOLO_RETURN_IF_ERROR(exchange(c.get(), Op::kHello, frame, std::max(by, io_deadline()), &reply));
   if (reply.code != 0) {
@@ -166,10 +176,27 @@ Status TcpStore::call(const Message& q, Deadline reply_by, Message* r) {
       idle_.pop_back();
     }
   }
-  Status s = c ? Status::OK() : open_connection(io_deadline(), options_.io_timeout_s, &c);
-  if (s.ok()) s = exchange(c.get(), q.op, frame, reply_by, r);
+  if (!c) {
+    // A new connection the server accepted but closed before answering its hello (busy
+    // with strangers) loses nothing: try again, bounded; and a failure here leaves the
+    // client usable (no request was under way).
+    const Deadline by = io_deadline();
+    auto backoff = std::chrono::milliseconds(10);
+    while (true) {
+      bool accepted = false;
+      const Status opened = open_connection(by, options_.io_timeout_s, &c, &accepted);
+      if (opened.ok()) break;
+      // Refused outright (nobody listens): the server is gone; say so at once.
+      if (!accepted || opened.code() != ErrorCode::kPeerFailure || Clock::now() >= by) {
+        return opened;
+      }
+      std::this_thread::sleep_until(std::min(by, Clock::now() + backoff));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+    }
+  }
+  const Status s = exchange(c.get(), q.op, frame, reply_by, r);
   std::lock_guard<std::mutex> lock(mu_);
-  if (!s.ok()) {  // the server is gone or out of step: give up for good
+  if (!s.ok()) {  // the server is gone or out of step mid-request: give up for good
     if (broken_.ok()) broken_ = s;
     return s;
   }

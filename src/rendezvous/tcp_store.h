@@ -71,7 +71,10 @@ class TcpStore : public Store {
 
   // One connection attempt (connect and hello) until `by`, `timeout_s` from now (for
   // the message).
-  Status open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out);
+  // *accepted (when given): whether the server accepted the TCP connection (a failure
+  // after that was the hello's).
+  Status open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out,
+                         bool* accepted = nullptr);
   // Sends q and reads its reply into *r, waiting for it until `reply_by`. A failed
   // reply (r->code) becomes the returned Status; an I/O error breaks the store.
   Status call(const wire::Message& q, Deadline reply_by, wire::Message* r);

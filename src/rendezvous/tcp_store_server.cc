@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <list>
 #include <map>
 #include <optional>
@@ -30,9 +32,7 @@ namespace {
 using wire::Message;
 using wire::Op;
 
-// A connection may send at most this much before its hello is accepted, so a stranger
-// cannot make the server buffer a 64 MiB frame.
-constexpr std::size_t kMaxHelloBytes = 64 * 1024;
+using wire::kMaxHelloBytes;
 constexpr std::size_t kReadChunk = 64 * 1024;
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
@@ -59,6 +59,104 @@ bool is_loopback(const sockaddr_storage& a) {
   return false;
 }
 
+// The owner (uid) of the loopback peer socket at `peer` connected to our `local`, from
+// /proc/net/tcp or tcp6 (the kernel's socket table of this network namespace); false when
+// it is not found (the peer already closed, or another namespace).
+bool loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local, uid_t* uid) {
+  // Both ends as the table prints them: an address as 32-bit words (in memory order, %08X)
+  // and a port (host order, %04X). A v4-mapped IPv6 peer is an IPv4 socket.
+  struct End {
+    std::uint32_t words[4] = {};
+    int nwords = 0;
+    unsigned port = 0;
+  };
+  auto end_of = [](const sockaddr_storage& a, End* e) {
+    if (a.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+      e->words[0] = in->sin_addr.s_addr;
+      e->nwords = 1;
+      e->port = ntohs(in->sin_port);
+      return;
+    }
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    e->port = ntohs(in6->sin6_port);
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      std::memcpy(&e->words[0], &in6->sin6_addr.s6_addr[12], 4);
+      e->nwords = 1;
+    } else {
+      std::memcpy(e->words, in6->sin6_addr.s6_addr, 16);
+      e->nwords = 4;
+    }
+  };
+  End them, us;
+  end_of(peer, &them);
+  end_of(local, &us);
+  if (them.nwords != us.nwords) return false;
+  std::ifstream table(them.nwords == 1 ? "/proc/net/tcp" : "/proc/net/tcp6");
+  std::string line;
+  std::getline(table, line);  // the header
+  auto parse = [](const char* text, int nwords, End* e) {
+    for (int w = 0; w < nwords; ++w) {
+      unsigned word = 0;
+      if (std::sscanf(text + 8 * w, "%8X", &word) != 1) return false;
+      e->words[w] = word;
+    }
+    return std::sscanf(text + 8 * nwords, ":%4X", &e->port) == 1;
+  };
+  while (std::getline(table, line)) {
+    // "  sl  local_address rem_address   st tx_queue:rx_queue tr:when retrnsmt   uid ..."
+    char local_text[64], remote_text[64];
+    unsigned st = 0, owner = 0;
+    if (std::sscanf(line.c_str(), " %*d: %63s %63s %X %*s %*s %*s %u", local_text, remote_text, &st,
+                    &owner) != 4) {
+      continue;
+    }
+    End l, r;
+    l.nwords = r.nwords = them.nwords;
+    if (!parse(local_text, them.nwords, &l) || !parse(remote_text, them.nwords, &r)) continue;
+    const auto same = [](const End& a, const End& b) {
+      return a.port == b.port && std::memcmp(a.words, b.words, 4 * a.nwords) == 0;
+    };
+    if (same(l, them) && same(r, us)) {
+      *uid = static_cast<uid_t>(owner);
+      return true;
+    }
+  }
+  return false;
+}
+
+// At most kShown lines of one kind of warning per kWindow; the rest are counted and said
+// in one line when the next window opens (a flood of strangers or a full descriptor table
+// once wrote 260 015 lines in 4 s).
+class LogLimiter {
+ public:
+  static constexpr int kShown = 10;
+  static constexpr auto kWindow = std::chrono::seconds(10);
+  // True when this occurrence may be logged; `what` names the kind in the summary line.
+  bool allow(const std::string& name, const char* what) {
+    const Deadline now = Clock::now();
+    if (now - since_ >= kWindow) {
+      if (hidden_ > 0) {
+        KOLO_LOG(kWarning, "store") << name << ": " << hidden_ << " more " << what
+                                    << " in the last " << kWindow.count() << " s (not shown)";
+      }
+      since_ = now;
+      shown_ = hidden_ = 0;
+    }
+    if (shown_ < kShown) {
+      ++shown_;
+      return true;
+    }
+    ++hidden_;
+    return false;
+  }
+
+ private:
+  Deadline since_{};
+  int shown_ = 0;
+  long hidden_ = 0;
+};
+
 // Equal without an early exit, so the time taken says nothing about which byte differs.
 // (The length is not secret: kolorun's secrets all have one length.)
 bool same_secret(const std::string& a, const std::string& b) {
@@ -84,6 +182,7 @@ struct Connection {
   int fd = -1;
   std::string peer;
   bool authed = false;
+  Deadline accepted;  // when accept() returned it
   Deadline hello_by;  // closed unless authed by then
   bool dead = false;  // closed at the end of this poll round
   std::string in, out;
@@ -119,7 +218,11 @@ class TcpStoreServer::Loop {
       waiting_->store(parked);
       fds.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
-      fds.push_back({listen_fd_, POLLIN, 0});
+      // While accept() is out of descriptors the listener is left alone (it stays readable:
+      // polling it would spin).
+      const bool paused = accept_paused_until_ && Clock::now() < *accept_paused_until_;
+      if (!paused) accept_paused_until_.reset();
+      fds.push_back({listen_fd_, static_cast<short>(paused ? 0 : POLLIN), 0});
       for (const auto& c : conns_) {
         fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
       }
@@ -135,6 +238,7 @@ class TcpStoreServer::Loop {
         for (auto& c : conns_) {
           if (i >= fds.size()) break;  // accepted this round; polled next round
           const short ev = fds[i++].revents;
+          if (c.dead) continue;  // evicted by accept_all() this round
           if (ev & (POLLIN | POLLHUP | POLLERR)) read_from(c);
           if (!c.dead && (ev & POLLOUT)) write_to(c);
         }
@@ -150,7 +254,7 @@ class TcpStoreServer::Loop {
 
  private:
   int poll_timeout_ms() const {
-    std::optional<Deadline> first;
+    std::optional<Deadline> first = accept_paused_until_;
     for (const auto& c : conns_) {
       if (c.parked && (!first || c.parked->deadline < *first)) first = c.parked->deadline;
       if (!c.authed && (!first || c.hello_by < *first)) first = c.hello_by;
@@ -163,48 +267,105 @@ class TcpStoreServer::Loop {
   }
 
   void accept_all() {
+    bool evicted_for_fd = false;
     while (true) {
       sockaddr_storage addr{};
       socklen_t len = sizeof(addr);
       const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
                                SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          KOLO_LOG(kWarning, "store") << name_ << ": accept failed: " << errno_text(errno);
+        const int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) return;
+        if ((e == EMFILE || e == ENFILE) && !evicted_for_fd &&
+            evict_oldest_stranger("this process is out of file descriptors")) {
+          evicted_for_fd = true;  // its descriptor is free once closed: try once more
+          conns_.remove_if([](const Connection& c) {
+            if (c.dead) ::close(c.fd);
+            return c.dead;
+          });
+          continue;
+        }
+        // Out of descriptors or memory: the pending connection stays in the backlog, and
+        // accept() is tried again 100 ms on instead of at once.
+        accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+        if (accept_log_.allow(name_, "failed accepts")) {
+          KOLO_LOG(kWarning, "store")
+              << name_ << ": accept failed: " << errno_text(e) << " (" << conns_.size()
+              << " connections open); trying again every 100 ms";
         }
         return;
       }
       const std::string peer = peer_text(addr);
       if (secret_.empty() && !is_loopback(addr)) {
         refused_->fetch_add(1);
-        KOLO_LOG(kWarning, "store")
-            << name_ << ": refused " << peer
-            << ": this server has no job secret, so it accepts only processes on this host "
-               "(set KOLO_RENDEZVOUS_SECRET for a multi-host job)";
+        if (refusal_log_.allow(name_, "refused connections")) {
+          KOLO_LOG(kWarning, "store")
+              << name_ << ": refused " << peer
+              << ": this server has no job secret, so it accepts only processes on this host "
+                 "(set KOLO_RENDEZVOUS_SECRET for a multi-host job)";
+        }
         ::close(fd);
         continue;
+      }
+      if (secret_.empty()) {
+        // Without a secret, this host's other users are strangers too: only this user's
+        // processes may join (the owner of the peer's socket, as the kernel's table says).
+        sockaddr_storage local{};
+        socklen_t local_len = sizeof(local);
+        uid_t owner = 0;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 &&
+            loopback_peer_uid(addr, local, &owner) && owner != ::geteuid()) {
+          refused_->fetch_add(1);
+          if (refusal_log_.allow(name_, "refused connections")) {
+            KOLO_LOG(kWarning, "store")
+                << name_ << ": refused " << peer << ": its process runs as uid " << owner
+                << ", not this job's uid " << ::geteuid()
+                << " (a server without a job secret accepts only its own user's processes; "
+                   "set KOLO_RENDEZVOUS_SECRET to admit others)";
+          }
+          ::close(fd);
+          continue;
+        }
       }
       int strangers = 0;
       for (const auto& other : conns_) strangers += other.authed || other.dead ? 0 : 1;
       if (strangers >= kMaxStrangers) {
-        refused_->fetch_add(1);
-        KOLO_LOG(kWarning, "store") << name_ << ": refused " << peer << ": " << strangers
-                                    << " connections are already waiting for their hello";
-        ::close(fd);
-        continue;
+        // The newcomer may be a task of this job; the oldest connection without a hello
+        // has had its chance (a kolo client says hello as soon as it connects).
+        evict_oldest_stranger(std::to_string(strangers) +
+                              " connections were waiting for their hello (the most allowed)");
       }
       Connection c;
       c.fd = fd;
       c.peer = peer;
-      c.hello_by = Clock::now() + hello_timeout_;
+      c.accepted = Clock::now();
+      c.hello_by = c.accepted + hello_timeout_;
       conns_.push_back(std::move(c));
     }
   }
 
+  // Closes the connection without a hello that was accepted first; false when none.
+  bool evict_oldest_stranger(const std::string& why) {
+    Connection* oldest = nullptr;
+    for (auto& c : conns_) {
+      if (c.authed || c.dead) continue;
+      if (oldest == nullptr || c.accepted < oldest->accepted) oldest = &c;
+    }
+    if (oldest == nullptr) return false;
+    const double silent = std::chrono::duration<double>(Clock::now() - oldest->accepted).count();
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3f", silent);
+    refuse(*oldest, std::string("made room for a new connection: ") + why +
+                        ", and this one had sent no accepted hello in " + text + " s");
+    return true;
+  }
+
   void refuse(Connection& c, const std::string& why) {
     refused_->fetch_add(1);
-    KOLO_LOG(kWarning, "store") << name_ << ": closed the connection from " << c.peer << ": "
-                                << why;
+    if (refusal_log_.allow(name_, "refused connections")) {
+      KOLO_LOG(kWarning, "store") << name_ << ": closed the connection from " << c.peer << ": "
+                                  << why;
+    }
     c.dead = true;
   }
 
@@ -455,11 +616,19 @@ class TcpStoreServer::Loop {
   std::atomic<int>* waiting_;
   std::list<Connection> conns_;
   std::map<std::string, std::string> values_;
+  std::optional<Deadline> accept_paused_until_;  // accept() failed for want of descriptors
+  LogLimiter accept_log_, refusal_log_;
 };
 
 Status TcpStoreServer::start(const TcpStoreServerOptions& options,
                              std::unique_ptr<TcpStoreServer>* out) {
   const std::string where = options.host + ":" + std::to_string(options.port);
+  if (options.secret.size() > wire::kMaxSecretBytes) {
+    return InvalidArgument("rendezvous: the TCP store server at " + where + ": the job secret is " +
+                           std::to_string(options.secret.size()) + " bytes, over the limit of " +
+                           std::to_string(wire::kMaxSecretBytes) +
+                           " (KOLO_RENDEZVOUS_SECRET); no client could present it");
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -506,8 +675,8 @@ Status TcpStoreServer::start(const TcpStoreServerOptions& options,
   const std::string name = "TCP store server " + options.host + ":" + std::to_string(port);
   if (options.secret.empty()) {
     KOLO_LOG(kWarning, "store") << name
-                                << " has no job secret: it accepts only processes on this "
-                                   "host, and any local user's process could join; set "
+                                << " has no job secret: it accepts only this user's processes "
+                                   "on this host, and any of them could join; set "
                                    "KOLO_RENDEZVOUS_SECRET (kolorun sets one)";
   }
   server->loop_ = std::make_unique<Loop>(fd, wake, name, options.secret, options.hello_timeout_s,

@@ -36,8 +36,8 @@ struct TcpStoreServerOptions {
   std::string secret;
   // A connection that has not sent an accepted hello this long after it was accepted is
   // closed (and counted in refused()), so a silent stranger cannot hold a socket; and at
-  // most kMaxStrangers connections may wait for their hello at once (the newest are closed
-  // past that). Default 10 s.
+  // most kMaxStrangers connections may wait for their hello at once (past that, a new one
+  // closes the oldest of them). Default 10 s.
   double hello_timeout_s = 10;
 };
 

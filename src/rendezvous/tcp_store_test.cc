@@ -2,12 +2,16 @@
 // away, clients that start first. The Store contract over TCP is in store_test.cc.
 #include "rendezvous/tcp_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 
@@ -147,6 +151,34 @@ TEST(TcpStore, RanksWithTheirOwnClientsExchangeAddresses) {
   }
 }
 
+// A secret too long for the server's hello limit is refused at once by both ends, naming
+// the limit: it once read as a dead server ("did the server exit?") and was retried until
+// the connect timeout, because the client's check tested 64 MiB.
+TEST(TcpStore, ASecretOverTheHelloLimitIsRefusedAtOnce) {
+  const std::string longest(wire::kMaxSecretBytes, 's');
+  auto server = serve(longest);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<TcpStore> store;
+  ASSERT_TRUE(connect(server->port(), &store, longest).ok());
+  const std::string over(64 << 10, 's');
+  const Deadline start = Clock::now();
+  std::unique_ptr<TcpStore> refused;
+  const Status s = connect(server->port(), &refused, over, /*timeout_s=*/10);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("is 65536 bytes, over the limit of " +
+                             std::to_string(wire::kMaxSecretBytes) + " (KOLO_RENDEZVOUS_SECRET)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_LT(seconds_since(start), 1.0);
+  TcpStoreServerOptions o;
+  o.secret = over;
+  std::unique_ptr<TcpStoreServer> none;
+  const Status t = TcpStoreServer::start(o, &none);
+  EXPECT_EQ(t.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(t.message().find("the job secret is 65536 bytes, over the limit"), std::string::npos)
+      << t.message();
+}
+
 TEST(TcpStore, AWrongOrMissingSecretIsRefusedAndTheOthersGoOn) {
   auto server = serve();
   auto good = must_connect(server->port());
@@ -245,6 +277,139 @@ TEST(TcpStore, ASilentConnectionIsClosedAtTheHelloDeadline) {
   // The accepted client stays: its hello came in time, and it may be idle for longer.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   expect_serving(*good, "after the strangers were closed");
+}
+
+// Strangers holding every hello slot (and reopening each one closed) cannot lock a job's
+// tasks out: a newcomer takes the slot of the oldest silent connection. (They once got
+// "connections are already waiting for their hello" until the start timeout.)
+TEST(TcpStore, StrangersFillingTheHelloSlotsDoNotLockTasksOut) {
+  auto server = serve();
+  auto first = must_connect(server->port());
+  std::vector<int> strangers;
+  for (int i = 0; i < TcpStoreServer::kMaxStrangers; ++i) {
+    strangers.push_back(raw_connect(server->port()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the server accept them
+  for (int round = 0; round < 3; ++round) {
+    std::unique_ptr<TcpStore> task;
+    const Deadline start = Clock::now();
+    const Status s = connect(server->port(), &task, kSecret, /*timeout_s=*/2);
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.to_string();
+    EXPECT_LT(seconds_since(start), 1.0);
+    expect_serving(*task, "task " + std::to_string(round));
+    // The strangers reopen what was closed.
+    for (int& fd : strangers) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0) {
+        ::close(fd);
+        fd = raw_connect(server->port());
+      }
+    }
+  }
+  EXPECT_GE(server->refused(), 3);  // a stranger closed for each task
+  expect_serving(*first, "the first task");
+  for (int fd : strangers) ::close(fd);
+}
+
+// Without a secret, a process of another user on this host is a stranger: refused at
+// accept (it used to be served: the server checked only for a loopback address).
+TEST(TcpStore, WithoutASecretAnotherUsersProcessIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a process as another user";
+  auto server = serve("");
+  const int port = server->port();
+  const std::string h = hello("");  // made here: the child only makes system calls
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // As nobody: connect, send a hello without a secret, and say whether the server
+    // closed the connection (1) or answered (0).
+    char verdict = 2;
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+        ::send(fd, h.data(), h.size(), MSG_NOSIGNAL);
+        pollfd p{fd, POLLIN, 0};
+        char buf[256];
+        verdict = ::poll(&p, 1, 2000) > 0 && ::recv(fd, buf, sizeof(buf), 0) <= 0 ? 1 : 0;
+      }
+    }
+    (void)!::write(pipefd[1], &verdict, 1);
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  char verdict = 3;
+  ASSERT_EQ(::read(pipefd[0], &verdict, 1), 1);
+  ::close(pipefd[0]);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(verdict, 1) << "2: could not become nobody; 0: the server answered nobody's hello";
+  EXPECT_EQ(server->refused(), 1);
+  std::unique_ptr<TcpStore> mine;
+  ASSERT_TRUE(connect(port, &mine, "").ok());
+  expect_serving(*mine, "this user's process");
+}
+
+// accept() out of descriptors (EMFILE): the server backs off and logs a bounded number of
+// lines, instead of spinning on the readable listener (260 015 lines and 2.4 s of CPU in
+// 4 s, once).
+TEST(TcpStore, OutOfDescriptorsTheServerBacksOffQuietly) {
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  char log_path[] = "/tmp/kolo-store-emfile-XXXXXX";
+  const int log = ::mkstemp(log_path);
+  ASSERT_GE(log, 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The server, in its own process with its own descriptor limit and its log in a file.
+    ::dup2(log, 2);
+    TcpStoreServerOptions o;
+    o.secret = kSecret;
+    std::unique_ptr<TcpStoreServer> server;
+    if (!TcpStoreServer::start(o, &server).ok()) ::_exit(3);
+    // A few descriptors more than it has open now: some connections cannot be accepted.
+    int open_fds = 0;
+    for (int fd = 0; fd < 1024; ++fd) open_fds += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+    const rlimit limit{static_cast<rlim_t>(open_fds + 40), static_cast<rlim_t>(open_fds + 40)};
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    const int port = server->port();
+    (void)!::write(pipefd[1], &port, sizeof(port));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    rusage use{};
+    ::getrusage(RUSAGE_SELF, &use);
+    const double cpu = use.ru_utime.tv_sec + use.ru_stime.tv_sec +
+                       (use.ru_utime.tv_usec + use.ru_stime.tv_usec) / 1e6;
+    (void)!::write(pipefd[1], &cpu, sizeof(cpu));
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  int port = 0;
+  ASSERT_EQ(::read(pipefd[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  std::vector<int> conns;
+  for (int i = 0; i < 100; ++i) conns.push_back(raw_connect(port));
+  double cpu = -1;
+  ASSERT_EQ(::read(pipefd[0], &cpu, sizeof(cpu)), static_cast<ssize_t>(sizeof(cpu)));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int fd : conns) ::close(fd);
+  std::string logged(1 << 20, '\0');
+  const ssize_t got = ::pread(log, logged.data(), logged.size(), 0);
+  logged.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+  ::close(log);
+  ::unlink(log_path);
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(logged.find("accept failed: Too many open files"), std::string::npos) << logged;
+  const auto lines = std::count(logged.begin(), logged.end(), '\n');
+  // At most 10 lines of a kind per 10 s (accept failures; strangers closed to free a
+  // descriptor), and their summaries.
+  EXPECT_LE(lines, 30) << logged.substr(0, 4000);
+  EXPECT_LT(cpu, 0.5) << "the server spun: " << cpu << " s of CPU in 3 s";
 }
 
 TEST(TcpStore, AGetWaitingOnOneConnectionWakesOnAnothersSet) {

@@ -26,6 +26,11 @@ constexpr std::size_t kMaxFrameBytes = std::size_t{64} << 20;
 constexpr std::size_t kMaxKeyBytes = 4096;
 constexpr std::size_t kMaxKeys = 65536;
 constexpr std::size_t kLengthBytes = 4;
+// A connection may send at most this much before its hello is accepted, so a stranger
+// cannot make the server buffer a 64 MiB frame.
+constexpr std::size_t kMaxHelloBytes = std::size_t{64} << 10;
+// The longest job secret: a hello (its value, with the fixed fields) fits kMaxHelloBytes.
+constexpr std::size_t kMaxSecretBytes = kMaxHelloBytes - 1024;
 
 enum class Op : std::uint8_t {
   kHello = 1,   // value: the job secret; the first frame of every connection

@@ -29,12 +29,14 @@ void broadcast_parameters(const NamedTensors& named_parameters, int root) {
   for (auto& h : handles) h.wait();
 }
 
-std::string broadcast_object(const std::string& bytes, int root, const std::string& name) {
+std::string broadcast_object(const std::string& bytes, int root, const std::string& name,
+                             int process_set) {
   const bool is_root = kolo::rank() == root;
   torch::Tensor size =
       torch::tensor({static_cast<int64_t>(is_root ? bytes.size() : 0)}, torch::kLong);
   BroadcastOptions o;
   o.root = root;
+  o.process_set = process_set;
   o.name = object_name(name, "broadcast_object.size");
   broadcast_(size, o);
   torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kByte);
@@ -45,8 +47,10 @@ std::string broadcast_object(const std::string& bytes, int root, const std::stri
                      static_cast<std::size_t>(data.numel()));
 }
 
-std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name) {
+std::vector<std::string> allgather_object(const std::string& bytes, const std::string& name,
+                                          int process_set) {
   AllgatherOptions o;
+  o.process_set = process_set;
   o.name = object_name(name, "allgather_object.size");
   torch::Tensor sizes =
       allgather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong), o);
@@ -74,14 +78,18 @@ torch::IValue unpickle(const std::string& s) {
 }
 }  // namespace
 
-torch::IValue broadcast_object(const torch::IValue& value, int root, const std::string& name) {
-  return unpickle(
-      broadcast_object(kolo::rank() == root ? pickle(value) : std::string(), root, name));
+torch::IValue broadcast_object(const torch::IValue& value, int root, const std::string& name,
+                               int process_set) {
+  return unpickle(broadcast_object(kolo::rank() == root ? pickle(value) : std::string(), root, name,
+                                   process_set));
 }
 
-std::vector<torch::IValue> allgather_object(const torch::IValue& value, const std::string& name) {
+std::vector<torch::IValue> allgather_object(const torch::IValue& value, const std::string& name,
+                                            int process_set) {
   std::vector<torch::IValue> out;
-  for (const auto& s : allgather_object(pickle(value), name)) out.push_back(unpickle(s));
+  for (const auto& s : allgather_object(pickle(value), name, process_set)) {
+    out.push_back(unpickle(s));
+  }
   return out;
 }
 

@@ -129,6 +129,22 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                     " needs op = average (it splits the division by the number of workers); "
                     "with op = sum leave it at 1");
   }
+  if (options_.process_set != kGlobalProcessSet) {
+    try {
+      set_ = kolo::process_set(options_.process_set);
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string("DistributedOptimizer: ") + e.what());
+    }
+    if (!set_.included()) {
+      std::string members;
+      for (int r : set_.ranks()) members += (members.empty() ? "" : ", ") + std::to_string(r);
+      throw Error(ErrorCode::kInvalidArgument,
+                  "DistributedOptimizer: rank " + std::to_string(kolo::rank()) +
+                      " is not a member of process set " + std::to_string(set_.id()) + " (ranks " +
+                      members +
+                      "); only the set's members may build an optimizer that averages over it");
+    }
+  }
   std::unordered_set<std::string> names;
   std::unordered_map<const void*, std::string> named;  // tensor -> its name
   for (const auto& item : named_parameters) {
@@ -331,7 +347,7 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   // One worker: .grad already is the average (or sum), so there is nothing to send, as
   // Horovod's optimizer registers no hooks at size 1. Compression still runs (its rounding
   // is part of what the user asked for).
-  if (kolo::size() == 1 && options_.compression == Compression::kNone) {
+  if (workers() == 1 && options_.compression == Compression::kNone) {
     p.submitted_grad = grad.unsafeGetTensorImpl();
     p.submitted_version = grad._version();
     return;
@@ -346,6 +362,7 @@ void DistributedOptimizer::submit(Param& p, torch::Tensor& grad) {
   }
   // The runtime compresses float32/float64 while packing the fusion buffer (one pass).
   o.compression = options_.compression;
+  o.process_set = options_.process_set;
   try {
     p.handle = allreduce_async_(grad, o);
   } catch (const WorkersChanged&) {
@@ -434,14 +451,15 @@ torch::Tensor DistributedOptimizer::step(LossClosure closure) {
 
 std::vector<TorchHandle> DistributedOptimizer::broadcast_buffers_async() {
   std::vector<TorchHandle> handles;
-  if (buffers_.is_empty() || kolo::size() == 1) return handles;
+  if (buffers_.is_empty() || workers() == 1) return handles;
   torch::NoGradGuard no_grad;
   for (const auto& item : buffers_) {
     torch::Tensor b = item.value();
     if (!b.defined()) continue;  // a module may register an undefined buffer
     BroadcastOptions o;
     o.name = "buffer:" + options_.name_prefix + item.key();
-    o.root = 0;
+    o.root = set_.id() < 0 ? 0 : set_.ranks().front();  // the set's first rank
+    o.process_set = options_.process_set;
     handles.push_back(broadcast_async_(b, o));
   }
   return handles;

@@ -238,13 +238,15 @@ AllreduceOptions allreduce_options(AutogradContext* ctx) {
   o.postscale_factor = ctx->saved_data["post"].toDouble();
   o.compression = static_cast<Compression>(ctx->saved_data["compression"].toInt());
   o.name = grad_name(ctx->saved_data["name"].toStringRef());
+  o.process_set = static_cast<int>(ctx->saved_data["set"].toInt());
   return o;
 }
 
 // Saves the forward's options for backward (as IValue-compatible fields) and returns them.
 AllreduceOptions save_allreduce_options(AutogradContext* ctx, int64_t op, double pre, double post,
-                                        int64_t compression, const std::string& name) {
+                                        int64_t compression, const std::string& name, int64_t set) {
   ctx->saved_data["op"] = op;
+  ctx->saved_data["set"] = set;
   ctx->saved_data["pre"] = pre;
   ctx->saved_data["post"] = post;
   ctx->saved_data["compression"] = compression;
@@ -256,73 +258,87 @@ AllreduceOptions save_allreduce_options(AutogradContext* ctx, int64_t op, double
 
 struct AllreduceFn : torch::autograd::Function<AllreduceFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, int64_t op, double pre,
-                               double post, int64_t compression, const std::string& name) {
-    const AllreduceOptions o = save_allreduce_options(ctx, op, pre, post, compression, name);
+                               double post, int64_t compression, const std::string& name,
+                               int64_t set) {
+    const AllreduceOptions o = save_allreduce_options(ctx, op, pre, post, compression, name, set);
     return allreduce_async(t, o).wait();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    // d/dx_r of sum_k L_k(post * reduce(pre * x)) is the same reduction of the gradients.
-    return {allreduce(grads[0], allreduce_options(ctx)), {}, {}, {}, {}, {}};
+    // d/dx_r of sum_k L_k(post * reduce(pre * x)) is the same reduction of the gradients,
+    // over the same process set.
+    return {allreduce(grads[0], allreduce_options(ctx)), {}, {}, {}, {}, {}, {}};
   }
 };
 
 struct GroupedAllreduceFn : torch::autograd::Function<GroupedAllreduceFn> {
   // A TensorList (not a vector): that is how autograd sees each tensor as an input.
   static variable_list forward(AutogradContext* ctx, at::TensorList tensors, int64_t op, double pre,
-                               double post, int64_t compression, const std::string& name) {
-    const AllreduceOptions o = save_allreduce_options(ctx, op, pre, post, compression, name);
+                               double post, int64_t compression, const std::string& name,
+                               int64_t set) {
+    const AllreduceOptions o = save_allreduce_options(ctx, op, pre, post, compression, name, set);
     return grouped_allreduce_raw(tensors.vec(), o);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // (autograd passes zeros for outputs that did not reach the loss, so every rank
     // submits the same group)
     variable_list out = grouped_allreduce_raw(grads, allreduce_options(ctx));
-    for (int i = 0; i < 5; ++i) out.emplace_back();
+    for (int i = 0; i < 6; ++i) out.emplace_back();
     return out;
   }
 };
 
 struct AllgatherFn : torch::autograd::Function<AllgatherFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t,
-                               const std::string& name) {
+                               const std::string& name, int64_t set) {
     ctx->saved_data["rows"] = t.dim() > 0 ? t.size(0) : int64_t{1};
     ctx->saved_data["name"] = name;
+    ctx->saved_data["set"] = set;
     AllgatherOptions o;
     o.name = name;
+    o.process_set = static_cast<int>(set);
     return allgather_async(t, o).wait();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string name = ctx->saved_data["name"].toStringRef();
+    const int set = static_cast<int>(ctx->saved_data["set"].toInt());
     AllreduceOptions avg;
     avg.name = grad_name(name);
+    avg.process_set = set;
     torch::Tensor g = allreduce(grads[0], avg);
     const int64_t rows = ctx->saved_data["rows"].toInt();
     AllgatherOptions go;
     go.name = name.empty() ? "" : name + ".grad.rows";
+    go.process_set = set;
     torch::Tensor all_rows = allgather(torch::tensor({rows}, torch::kLong), go);
-    const int64_t offset = all_rows.narrow(0, 0, kolo::rank()).sum().item<int64_t>();
-    return {g.narrow(0, offset, rows), {}};
+    // The rows arrive in the order of the set's ranks.
+    const int me = set == kGlobalProcessSet ? kolo::rank() : kolo::process_set(set).rank();
+    const int64_t offset = all_rows.narrow(0, 0, me).sum().item<int64_t>();
+    return {g.narrow(0, offset, rows), {}, {}};
   }
 };
 
 struct BroadcastFn : torch::autograd::Function<BroadcastFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, int64_t root,
-                               const std::string& name) {
+                               const std::string& name, int64_t set) {
     ctx->saved_data["root"] = root;
     ctx->saved_data["name"] = name;
+    ctx->saved_data["set"] = set;
     torch::Tensor out = t.clone();
     BroadcastOptions o;
     o.root = static_cast<int>(root);
     o.name = name;
+    o.process_set = static_cast<int>(set);
     broadcast_async_(out, o).wait();
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     AllreduceOptions avg;
     avg.name = grad_name(ctx->saved_data["name"].toStringRef());
+    avg.process_set = static_cast<int>(ctx->saved_data["set"].toInt());
     torch::Tensor g = allreduce(grads[0], avg);
+    // The root is a rank of the job, also inside a process set.
     if (kolo::rank() != ctx->saved_data["root"].toInt()) g = torch::zeros_like(g);
-    return {g, {}, {}};
+    return {g, {}, {}, {}};
   }
 };
 
@@ -335,7 +351,8 @@ bool differentiable(const torch::Tensor& t) {
 torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& o) {
   if (differentiable(tensor)) {
     return AllreduceFn::apply(tensor, static_cast<int64_t>(o.op), o.prescale_factor,
-                              o.postscale_factor, static_cast<int64_t>(o.compression), o.name);
+                              o.postscale_factor, static_cast<int64_t>(o.compression), o.name,
+                              static_cast<int64_t>(o.process_set));
   }
   return allreduce_async(tensor, o).wait();
 }
@@ -346,20 +363,25 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
     if (differentiable(t)) {
       return GroupedAllreduceFn::apply(at::TensorList(tensors), static_cast<int64_t>(o.op),
                                        o.prescale_factor, o.postscale_factor,
-                                       static_cast<int64_t>(o.compression), o.name);
+                                       static_cast<int64_t>(o.compression), o.name,
+                                       static_cast<int64_t>(o.process_set));
     }
   }
   return grouped_allreduce_raw(tensors, o);
 }
 
 torch::Tensor allgather(const torch::Tensor& tensor, const AllgatherOptions& o) {
-  if (differentiable(tensor)) return AllgatherFn::apply(tensor, o.name);
+  if (differentiable(tensor)) {
+    return AllgatherFn::apply(tensor, o.name, static_cast<int64_t>(o.process_set));
+  }
   return allgather_async(tensor, o).wait();
 }
 
 torch::Tensor broadcast(const torch::Tensor& tensor, const BroadcastOptions& o) {
-  if (differentiable(tensor))
-    return BroadcastFn::apply(tensor, static_cast<int64_t>(o.root), o.name);
+  if (differentiable(tensor)) {
+    return BroadcastFn::apply(tensor, static_cast<int64_t>(o.root), o.name,
+                              static_cast<int64_t>(o.process_set));
+  }
   torch::Tensor out = tensor.clone();
   broadcast_async_(out, o).wait();
   return out;

@@ -19,6 +19,10 @@
 //                           KOLO_LOG_LEVEL=info it checks from its log which sets got
 //                           shared memory (KOLO_SHM=1: all; KOLO_TEST_HOSTS=2: those
 //                           on one fake host; otherwise none)
+//   mp_worker tick_race     under KOLO_TEST_TICK_RACE=1: rank 0's stall warnings name no
+//                           rank that was on time
+//   mp_worker set_rules     2+ ranks: broadcast roots are ranks of the job, the global
+//                           set's ranks are refused, a refused registration leaves no trace
 #include <sys/resource.h>
 #include <unistd.h>
 #include <chrono>
@@ -355,6 +359,32 @@ std::string capture_log(F&& fn) {
   return logged;
 }
 
+// Under KOLO_TEST_TICK_RACE=1 every control call of rank 0 ticks its wait observer 500 ms
+// in, when the peers' messages have arrived: the observer must not name them.
+int run_tick_race(int rank, int n) {
+  std::vector<float> g(16, static_cast<float>(rank + 1));
+  kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
+  const auto start = std::chrono::steady_clock::now();
+  const std::string logged = capture_log([&] {
+    for (int i = 0; i < 3; ++i)
+      kolo::allreduce(v, {.name = "tick-race." + std::to_string(i), .op = ReduceOp::kSum});
+  });
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Each sum multiplies by 1 + 2 + ... + n only on the first pass: later passes sum n
+  // equal values, so the result is n * (n + 1) / 2 * n * n.
+  const float want = static_cast<float>(n * (n + 1) / 2 * n * n);
+  CHECK(g[0] == want, "sum %g, want %g", g[0], want);
+  if (rank == 0) {
+    CHECK(took >= 1.5, "3 allreduces took %.2f s: KOLO_TEST_TICK_RACE=1 did not slow rank 0", took);
+    CHECK(logged.find("in negotiation for") == std::string::npos,
+          "rank 0 named ranks that were on time: %s", logged.c_str());
+  }
+  std::printf("rank %d: tick_race %s\n", rank, g_failures ? "FAILED" : "OK");
+  kolo::shutdown();
+  return g_failures ? 1 : 0;
+}
+
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v ? v : fallback;
@@ -415,8 +445,10 @@ int run_process_sets(int rank, int n) {
         kolo::allgather_async({&me, DataType::kInt32, {1}},
                               {.name = "ag." + std::to_string(step), .process_set = mine.id()});
     double b = rank;
-    kolo::broadcast({&b, DataType::kFloat64, {1}},
-                    {.name = "bc." + std::to_string(step), .root = 1, .process_set = mine.id()});
+    // The root is a rank of the job (Horovod's rule): the set's second member.
+    kolo::broadcast(
+        {&b, DataType::kFloat64, {1}},
+        {.name = "bc." + std::to_string(step), .root = mine.ranks()[1], .process_set = mine.id()});
     for (auto& h : hs) h.wait();
     g.wait();
     float members = 0;
@@ -433,7 +465,8 @@ int run_process_sets(int rank, int n) {
     const auto* got = g.output().data_as<std::int32_t>();
     CHECK(g.output().numel() == 2 && got[0] == mine.ranks()[0] && got[1] == mine.ranks()[1],
           "rank %d: allgather on set %d", rank, mine.id());
-    CHECK(b == mine.ranks()[1], "rank %d: broadcast from set rank 1 gave %g", rank, b);
+    CHECK(b == mine.ranks()[1], "rank %d: broadcast from rank %d gave %g", rank, mine.ranks()[1],
+          b);
   }
   // {0, 2} interleaved with the global set.
   const kolo::ProcessSet ends = add_set(rank, {0, 2}, host(0) == host(2));
@@ -482,6 +515,52 @@ int run_process_sets(int rank, int n) {
   return g_failures ? 1 : 0;
 }
 
+// At any size from 2: the rules that ported Horovod programs rely on. A broadcast root
+// is a rank of the job (a set of ranks 1..n-1, so a root read as a rank of the set would
+// pick another member); the set of every rank is the global set; a registration refused
+// while a rank has joined leaves no trace (the next one works on every rank).
+int run_set_rules(int rank, int n) {
+  std::vector<int> upper;
+  for (int r = 1; r < n; ++r) upper.push_back(r);
+  const kolo::ProcessSet set = kolo::add_process_set(upper);
+  if (set.included()) {
+    for (int root : upper) {
+      double b = 10.0 * rank;
+      kolo::broadcast(
+          {&b, DataType::kFloat64, {1}},
+          {.name = "root." + std::to_string(root), .root = root, .process_set = set.id()});
+      CHECK(b == 10.0 * root, "rank %d: broadcast from rank %d in set %d gave %g", rank, root,
+            set.id(), b);
+    }
+    double b = 0;
+    expect_error(
+        [&] {
+          kolo::broadcast({&b, DataType::kFloat64, {1}},
+                          {.name = "outsider", .root = 0, .process_set = set.id()});
+        },
+        kolo::ErrorCode::kInvalidArgument, "root rank 0 is not a member of process set", rank);
+  }
+  std::vector<int> all;
+  for (int r = n - 1; r >= 0; --r) all.push_back(r);
+  expect_error([&] { kolo::add_process_set(all); }, kolo::ErrorCode::kInvalidArgument,
+               "duplicate of the global process set", rank);
+  const int joiner = n - 1;
+  if (rank != joiner) {
+    expect_error([&] { kolo::add_process_set({0}); }, kolo::ErrorCode::kInvalidArgument,
+                 "cannot run while rank " + std::to_string(joiner) + " has joined", rank);
+  }
+  kolo::join();
+  const kolo::ProcessSet after = kolo::add_process_set({0});
+  CHECK(after.id() == set.id() + 1, "rank %d: the set after the refusals has id %d, not %d", rank,
+        after.id(), set.id() + 1);
+  kolo::remove_process_set(after);
+  kolo::remove_process_set(set);
+  kolo::barrier();
+  std::printf("rank %d of %d: set_rules %s\n", rank, n, g_failures ? "FAILED" : "OK");
+  kolo::shutdown();
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -511,6 +590,10 @@ int main(int argc, char** argv) {
       return run_leave_early(rank, n);
     } else if (mode == "process_sets") {
       return run_process_sets(rank, n);
+    } else if (mode == "set_rules") {
+      return run_set_rules(rank, n);
+    } else if (mode == "tick_race") {
+      return run_tick_race(rank, n);
     } else if (mode == "stopped_rank") {
       return run_stopped_rank(rank, n);
     } else if (mode == "topology") {

@@ -13,5 +13,8 @@ namespace kolo_test {
 void check_autograd_on(const torch::Device& device, const std::string& prefix);
 void check_tensor_ops();
 void check_tensor_op_corner_cases();
+// Collectives, autograd, DistributedOptimizer and object broadcasts on a process set of
+// every rank but 0 (2 ranks or more; process_set_checks.cc).
+void check_process_sets();
 
 }  // namespace kolo_test

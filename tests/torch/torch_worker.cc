@@ -19,6 +19,7 @@ using kolo::DistributedOptimizer;
 using kolo::DistributedOptimizerOptions;
 
 using kolo_test::check_autograd_on;
+using kolo_test::check_process_sets;
 using kolo_test::check_tensor_op_corner_cases;
 using kolo_test::check_tensor_ops;
 using kolo_test::expect;
@@ -588,6 +589,7 @@ int main() {
   run("tensor_ops", check_tensor_ops);
   run("optimizer_corner_cases", check_optimizer_corner_cases);
   run("tensor_op_corner_cases", check_tensor_op_corner_cases);
+  if (kolo::size() > 1) run("process_sets", check_process_sets);
   if (torch::cuda::is_available()) {
     run("cuda", check_cuda);
   } else {

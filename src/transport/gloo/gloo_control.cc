@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <utility>
 
 #include "transport/gloo/gloo_internal.h"
 
@@ -34,6 +37,34 @@ std::string seconds_text(Clock::duration d) {
 }
 
 }  // namespace
+
+bool GlooCommunicator::take_tick(Clock::duration waited, const std::vector<int>& missing) {
+  {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    if (tick_ == Tick::kTicked) {
+      tick_ = Tick::kLooking;
+      looking_since_ = Clock::now();
+      return true;
+    }
+    if (tick_ != Tick::kConfirmed) return false;
+    tick_ = Tick::kNone;
+  }
+  if (observer_) observer_(waited, missing);
+  return true;
+}
+
+void GlooCommunicator::test_tick_race() {
+  static const bool on = [] {
+    const char* v = std::getenv("KOLO_TEST_TICK_RACE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  if (!on) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::lock_guard<std::mutex> lock(waiting_mu_);
+  if (waiting_ == nullptr || !has_observer_ || tick_ != Tick::kNone) return;
+  tick_ = Tick::kTicked;
+  waiting_->abortWaitRecv();
+}
 
 Status GlooCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check_usable("control_and"));
@@ -65,12 +96,15 @@ Status GlooCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline
     std::vector<int> remaining;
     for (int r = 1; r < size(); ++r) remaining.push_back(r);
     auto recv = context_->createUnboundBuffer(in, bytes);
+    reset_tick();
+    bool first = true;
     while (!remaining.empty()) {
       recv->recv(remaining, slot);
       int from = -1;
       bool done = false;
       do {
         set_waiting(recv.get());
+        if (std::exchange(first, false)) test_tick_race();
         try {
           done = recv->waitRecv(&from, timeout(deadline));
         } catch (const std::exception& e) {
@@ -132,6 +166,8 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
     std::uint64_t got = 0;
     auto head = context_->createUnboundBuffer(&got, sizeof(got));
     std::vector<std::unique_ptr<UnboundBuffer>> bodies;
+    reset_tick();
+    bool first = true;
     try {
       while (!remaining.empty()) {
         head->recv(remaining, slot);
@@ -139,6 +175,7 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
         bool done = false;
         do {
           set_waiting(head.get());
+          if (std::exchange(first, false)) test_tick_race();
           done = head->waitRecv(&from, timeout(deadline));
           set_waiting(nullptr);
         } while (!done && take_tick(Clock::now() - start, remaining));

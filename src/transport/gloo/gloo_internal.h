@@ -142,9 +142,13 @@ class GlooCommunicator final : public Communicator {
   // shutdown(SHUT_RDWR) on every socket of this communicator's context.
   void shutdown_sockets();
   // The wait observer's tick (about once a second while rank 0 waits in the control
-  // plane): aborts the any-source wait, which the waiting thread takes as "call the
-  // observer, then wait on". False (nothing done) without an observer or such a wait.
+  // plane): aborts the any-source wait, which the waiting thread takes as "look again,
+  // then report" (take_tick). False (nothing done) without an observer or such a wait, or
+  // while a tick is under way.
   bool tick_observer();
+  // Every watchdog poll: the tick's second abort, once the waiting thread has looked
+  // again for 50 ms (take_tick). True when it aborted.
+  bool confirm_tick();
   void set_wait_observer(WaitObserver observer) override { observer_ = std::move(observer); }
   const std::shared_ptr<World>& world() const { return world_; }
   rendezvous::Store& store() { return *store_; }
@@ -205,7 +209,12 @@ class GlooCommunicator final : public Communicator {
   // aborts it instead. Guarded by waiting_mu_.
   std::mutex waiting_mu_;
   ::gloo::transport::UnboundBuffer* waiting_ = nullptr;
-  bool tick_ = false;          // guarded by waiting_mu_: the abort was a tick
+  // A tick's steps (guarded by waiting_mu_): kTicked, the watchdog aborted the wait;
+  // kLooking (since looking_since_), the waiting thread waits again; kConfirmed, the
+  // watchdog aborted that wait too. Each control call starts at kNone (reset_tick).
+  enum class Tick { kNone, kTicked, kLooking, kConfirmed };
+  Tick tick_ = Tick::kNone;
+  Clock::time_point looking_since_{};
   WaitObserver observer_;      // set by the owning thread between calls
   bool has_observer_ = false;  // guarded by waiting_mu_ (the watchdog reads it)
 
@@ -216,17 +225,25 @@ class GlooCommunicator final : public Communicator {
     waiting_ = buffer;
     has_observer_ = static_cast<bool>(observer_);
   }
-  // After an any-source wait returned false: true (and the tick consumed) when the abort
-  // was the observer's tick, after calling the observer with `waited` and `missing`.
-  bool take_tick(Clock::duration waited, const std::vector<int>& missing) {
-    {
-      std::lock_guard<std::mutex> lock(waiting_mu_);
-      if (!tick_) return false;
-      tick_ = false;
-    }
-    if (observer_) observer_(waited, missing);
-    return true;
+  // At the start of a control call's any-source waits: no tick under way (one that
+  // landed after the previous call's last wait ended is dropped with its buffer).
+  void reset_tick() {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    tick_ = Tick::kNone;
   }
+  // After an any-source wait returned false: true when the abort was a tick's, and the
+  // caller waits on; false for any other abort. A message that completes in the instant
+  // of an abort is counted by gloo but not returned (the abort wins), and the next wait
+  // returns it at once: so a tick's first abort only starts a second wait (kLooking),
+  // which takes such a message, and the watchdog ends that wait 50 ms on; only then are
+  // the ranks still `missing` reported to the observer, with `waited`. Without this a rank
+  // on time was named ("waited 2 s in negotiation for ranks 1, 3", rank 1's message in
+  // the same millisecond as the tick).
+  bool take_tick(Clock::duration waited, const std::vector<int>& missing);
+  // KOLO_TEST_TICK_RACE=1 (test-only): rank 0's first any-source wait of each control
+  // call first sleeps 500 ms, so that the peers' messages have arrived, and then ticks
+  // (tick_observer's abort): the race take_tick handles, every time.
+  void test_tick_race();
 };
 
 template <typename Body>

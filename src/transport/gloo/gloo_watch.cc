@@ -14,8 +14,10 @@
 // while the owning thread waits inside gloo (never at the same time as that thread's own
 // use of it). The wait observer (set_wait_observer) is called on the waiting thread: about
 // once a second the watchdog aborts rank 0's any-source control wait (abortWaitRecv ends
-// only that wait; the receive stays posted), the waiting thread calls the observer with
-// the ranks still missing and waits on.
+// only that wait; the receive stays posted); the waiting thread waits again, taking any
+// message that completed as the abort landed, the watchdog aborts that wait 50 ms on, and
+// the waiting thread calls the observer with the ranks still missing and waits on
+// (GlooCommunicator::take_tick).
 //
 // Not for: the collectives (gloo_ops.cc, gloo_control.cc).
 #include <sys/socket.h>
@@ -79,7 +81,8 @@ void Watchdog::run() {
     }
     if (!why.empty()) {
       comm->shutdown_sockets();
-    } else if (now - last_tick_ >= milliseconds(1000) && comm->tick_observer()) {
+    } else if (!comm->confirm_tick() && now - last_tick_ >= milliseconds(1000) &&
+               comm->tick_observer()) {
       last_tick_ = now;
     }
     lock.lock();
@@ -93,8 +96,17 @@ bool GlooCommunicator::poll_interrupt(std::string* why) { return interrupt_ && i
 
 bool GlooCommunicator::tick_observer() {
   std::lock_guard<std::mutex> lock(waiting_mu_);
-  if (waiting_ == nullptr || !has_observer_ || tick_) return false;
-  tick_ = true;
+  if (waiting_ == nullptr || !has_observer_ || tick_ != Tick::kNone) return false;
+  tick_ = Tick::kTicked;
+  waiting_->abortWaitRecv();
+  return true;
+}
+
+bool GlooCommunicator::confirm_tick() {
+  std::lock_guard<std::mutex> lock(waiting_mu_);
+  if (waiting_ == nullptr || tick_ != Tick::kLooking) return false;
+  if (Clock::now() - looking_since_ < milliseconds(50)) return false;
+  tick_ = Tick::kConfirmed;
   waiting_->abortWaitRecv();
   return true;
 }
