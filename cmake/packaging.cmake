@@ -46,9 +46,15 @@ if(TARGET kolo_torch)
   endif()
   install(EXPORT koloTorchTargets NAMESPACE kolo:: DESTINATION ${KOLO_CMAKE_INSTALL_DIR})
   set(KOLO_PACKAGE_WITH_TORCH TRUE)
+  if(TARGET kolo_train)
+    set(KOLO_PACKAGE_WITH_TRAIN TRUE)
+  else()
+    set(KOLO_PACKAGE_WITH_TRAIN FALSE)
+  endif()
 else()
   set(kolo_header_excludes PATTERN torch.h EXCLUDE PATTERN train.h EXCLUDE PATTERN train EXCLUDE)
   set(KOLO_PACKAGE_WITH_TORCH FALSE)
+  set(KOLO_PACKAGE_WITH_TRAIN FALSE)
 endif()
 if(TARGET kolo_transport_gloo)
   set(KOLO_PACKAGE_WITH_GLOO TRUE)
@@ -64,10 +70,19 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kolo DESTINATION ${CMAKE_INSTALL
         ${kolo_header_excludes})
 
 # libtorch fixes the C++ string ABI of everything kolo compiled (top-level CMakeLists.txt);
-# a program that includes only kolo/kolo.h must use the same, so kolo::kolo says it.
+# a program that includes only kolo/kolo.h must use the same, so kolo::kolo says it, as
+# the same compile option libtorch's target gives (CMake then passes it once).
 foreach(flag IN LISTS kolo_torch_cxx_flags)
-  if(flag MATCHES "^-D(_GLIBCXX_USE_CXX11_ABI=[01])$")
-    target_compile_definitions(kolo INTERFACE $<INSTALL_INTERFACE:${CMAKE_MATCH_1}>)
+  if(flag MATCHES "^-D_GLIBCXX_USE_CXX11_ABI=[01]$")
+    target_compile_options(kolo INTERFACE $<INSTALL_INTERFACE:${flag}>)
+  endif()
+endforeach()
+# The public headers are C++20 (kolo/train.h's defaulted comparisons, designated
+# initializers): every public target asks for it, so a program at its compiler's default
+# standard builds.
+foreach(public IN ITEMS kolo kolo_torch kolo_train)
+  if(TARGET ${public})
+    target_compile_features(${public} INTERFACE cxx_std_20)
   endif()
 endforeach()
 
@@ -82,8 +97,10 @@ install(FILES ${PROJECT_BINARY_DIR}/koloConfig.cmake ${PROJECT_BINARY_DIR}/koloC
 
 # The Debian package: everything above under /usr. Its dependencies are what a program
 # built against it needs on Debian 12: the compiler is the user's own; MPI's headers and
-# libmpi (find_dependency(MPI)) and mpirun (kolorun starts workers through it); libtorch's
-# CMake package and libraries (kolo::torch); zlib (libkolo_torch.a). kolorun's own shared
+# libmpi (find_dependency(MPI)) and mpirun (kolorun starts workers through it); Gloo's
+# CMake package and library (find_dependency(Gloo)); libtorch's CMake package and
+# libraries (kolo::torch); zlib (libkolo_torch.a); libzmq (libkolo_ps.a, kolo::train).
+# kolorun's own shared
 # libraries (libc, libstdc++) come from dpkg-shlibdeps.
 set(CPACK_PACKAGE_NAME kolo)
 set(CPACK_PACKAGE_VENDOR "kolo")
@@ -98,12 +115,19 @@ set(KOLO_DEB_DEPENDS)  # also read by tests/packaging
 if(KOLO_PACKAGE_WITH_MPI)
   list(APPEND KOLO_DEB_DEPENDS libopenmpi-dev openmpi-bin)
 endif()
+if(KOLO_PACKAGE_WITH_GLOO)
+  list(APPEND KOLO_DEB_DEPENDS libgloo-dev)
+endif()
 if(KOLO_PACKAGE_WITH_TORCH)
   list(APPEND KOLO_DEB_DEPENDS libtorch-dev zlib1g-dev)
 endif()
+if(KOLO_PACKAGE_WITH_TRAIN)
+  list(APPEND KOLO_DEB_DEPENDS libzmq3-dev)
+endif()
 list(JOIN KOLO_DEB_DEPENDS ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
-set(CPACK_PACKAGE_DESCRIPTION "kolo::kolo and kolo::torch for find_package(kolo CONFIG REQUIRED), \
-the public headers (kolo/kolo.h, kolo/torch.h) and the kolorun launcher.")
+set(CPACK_PACKAGE_DESCRIPTION "kolo::kolo, kolo::torch and kolo::train for \
+find_package(kolo CONFIG REQUIRED), the public headers (kolo/kolo.h, kolo/elastic.h, \
+kolo/torch.h, kolo/train.h, kolo/train/) and the kolorun launcher.")
 # Building a program against kolo takes a C++20 compiler and CMake; not required, since
 # the user may bring their own.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "cmake, g++")
