@@ -6,6 +6,7 @@
 //       model.compile(optimizer=Adam(), loss=SparseCategoricalCrossentropy(from_logits=True),
 //                     metrics=['accuracy'])
 //   model.fit(x_train / 255, y_train, epochs=5)
+// (Dataset::from_idx already scales the images to [0, 1]: the / 255 is done.)
 //
 // Run it (README, "The TensorFlow way"):
 //   build/bin/keras_mnist                                          one process, one replica

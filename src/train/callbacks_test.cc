@@ -11,10 +11,12 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kolo/error.h"
 #include "kolo/train/callbacks.h"
+#include "train/model_impl.h"
 #include "train/testing/fake_host.h"
 
 namespace kolo::train {
@@ -523,6 +525,25 @@ TEST(BroadcastGlobalVariables, OnceAfterTheFirstBatch) {
   });
   EXPECT_EQ(broadcasts_before_second_batch, 1);
   EXPECT_EQ(host.broadcasts, 1);
+}
+
+// Horovod's own callback list under the Horovod strategy: fit has done their work, so
+// the user's copies are left out (a second MetricAverage averaged the averages' cost
+// again, a second broadcast cost one more); under other strategies they stay.
+TEST(MetricAverage, HorovodFitLeavesOutTheUsersCopies) {
+  const std::vector<CallbackPtr> user{std::make_shared<BroadcastGlobalVariables>(),
+                                      std::make_shared<MetricAverage>(),
+                                      std::make_shared<MetricAverage>()};
+  const auto count = [](const CallbackList& list) {
+    int averages = 0, broadcasts = 0;
+    for (const auto& c : list.all) {
+      averages += dynamic_cast<MetricAverage*>(c.get()) != nullptr ? 1 : 0;
+      broadcasts += dynamic_cast<BroadcastGlobalVariables*>(c.get()) != nullptr ? 1 : 0;
+    }
+    return std::pair{averages, broadcasts};
+  };
+  EXPECT_EQ(count(make_callbacks(user, 0, /*horovod=*/true, true)), std::pair(1, 0));
+  EXPECT_EQ(count(make_callbacks(user, 0, /*horovod=*/false, true)), std::pair(2, 1));
 }
 
 TEST(MetricAverage, AveragesInNameOrderInPlace) {

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "common/logging.h"
 #include "kolo/error.h"
@@ -65,8 +66,31 @@ CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, b
   bool have_bar = false;
   for (const auto& c : user) have_bar |= dynamic_cast<ProgbarLogger*>(c.get()) != nullptr;
   if (verbose != 0 && !have_bar) list.all.push_back(std::make_shared<ProgbarLogger>());
+  bool warned_average = false, warned_broadcast = false;
   for (const auto& c : user) {
     if (!c) throw Error(ErrorCode::kInvalidArgument, "a callback is null");
+    // Horovod's callback list, as Horovod's Keras examples write it, under the Horovod
+    // strategy: what these callbacks do is done already, so the copies are left out (a
+    // second MetricAverage would average averages; a second broadcast costs one).
+    if (horovod && dynamic_cast<MetricAverage*>(c.get()) != nullptr) {
+      if (!std::exchange(warned_average, true)) {
+        KOLO_LOG(kWarning, "train")
+            << "Model::fit: HorovodStrategy's fit already averages the epoch's logs over the "
+               "workers (it adds MetricAverage first): the MetricAverage in "
+               "FitOptions::callbacks does nothing; remove it";
+      }
+      continue;
+    }
+    if (horovod && dynamic_cast<BroadcastGlobalVariables*>(c.get()) != nullptr) {
+      if (!std::exchange(warned_broadcast, true)) {
+        KOLO_LOG(kWarning, "train")
+            << "Model::fit: under HorovodStrategy every worker already starts from the "
+               "chief's weights (the model broadcasts them when it is built and when weights "
+               "are loaded, and every step applies the same averaged gradients): the "
+               "BroadcastGlobalVariables in FitOptions::callbacks does nothing; remove it";
+      }
+      continue;
+    }
     if (auto h = std::dynamic_pointer_cast<History>(c)) list.history = h;
     list.all.push_back(c);
   }

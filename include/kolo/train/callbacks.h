@@ -218,7 +218,8 @@ class LearningRateWarmup : public Callback {
 };
 
 // Horovod's BroadcastGlobalVariablesCallback: after the first batch, every worker gets
-// the chief's weights (and optimizer state). fit's Horovod strategy adds it.
+// the chief's weights (and optimizer state). Under HorovodStrategy fit leaves it out,
+// with a warning: the model already gave every worker the chief's weights.
 class BroadcastGlobalVariables : public Callback {
  public:
   void on_train_batch_end(int batch, Logs& logs) override;
@@ -228,7 +229,8 @@ class BroadcastGlobalVariables : public Callback {
 };
 
 // Horovod's MetricAverageCallback: at each epoch end, every log value becomes its average
-// over the workers (in name order). fit's Horovod strategy adds it first.
+// over the workers (in name order). fit's Horovod strategy adds it first, and leaves out
+// a copy in FitOptions::callbacks (with a warning).
 class MetricAverage : public Callback {
  public:
   void on_epoch_end(int epoch, Logs& logs) override;
