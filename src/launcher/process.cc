@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,6 +70,36 @@ std::vector<SignalEvent> read_signal_events(int fd) {
   return events;
 }
 
+namespace {
+
+// A pseudo-terminal pair {master, slave}, close-on-exec, the slave raw (output as written)
+// and never the caller's controlling terminal. False with errno on failure.
+bool open_terminal(int fds[2]) {
+  const int master = ::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return false;
+  char name[128];
+  int slave = -1;
+  if (::grantpt(master) == 0 && ::unlockpt(master) == 0 &&
+      ::ptsname_r(master, name, sizeof(name)) == 0) {
+    slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  }
+  termios raw{};
+  if (slave < 0 || ::tcgetattr(slave, &raw) != 0) {
+    const int err = errno;
+    if (slave >= 0) ::close(slave);
+    ::close(master);
+    errno = err;
+    return false;
+  }
+  ::cfmakeraw(&raw);
+  ::tcsetattr(slave, TCSANOW, &raw);
+  fds[0] = master;
+  fds[1] = slave;
+  return true;
+}
+
+}  // namespace
+
 Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& options, Child* out) {
   if (argv.empty()) return InvalidArgument("no program to run");
   std::vector<char*> args;
@@ -90,7 +121,15 @@ Status spawn_piped(const std::vector<std::string>& argv, const SpawnOptions& opt
     }
   };
   int out_pipe[2], err_pipe[2], exec_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+  if (options.stdout_terminal) {
+    // {master, slave}, both close-on-exec (the child gets the slave as its fd 1).
+    if (!open_terminal(out_pipe)) {
+      const int err = errno;
+      close_in();
+      return Internal(std::string("a pseudo-terminal for the worker's output: ") +
+                      std::strerror(err));
+    }
+  } else if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     close_in();
     return Internal(std::string("pipe: ") + std::strerror(errno));
   }

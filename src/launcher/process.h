@@ -46,6 +46,11 @@ struct SpawnOptions {
   // Give the child a pipe as stdin, whose write end is Child::in_fd (wins over
   // stdin_from_dev_null).
   bool stdin_pipe = false;
+  // Give the child a pseudo-terminal as stdout (raw: no "\r\n" for "\n"), whose master
+  // is Child::out_fd, as mpirun does: the C library then line-buffers printf, so each
+  // line arrives when it is printed, not at exit (a pipe makes stdout block-buffered).
+  // stderr stays a pipe (unbuffered anyway). Default false: a pipe.
+  bool stdout_terminal = false;
   // The child's whole environment ("NAME=VALUE" entries); nullptr: ours. Built before
   // fork, because a process with threads may call only async-signal-safe functions
   // between fork and exec. PATH is searched in our own environment.

@@ -101,6 +101,7 @@ int run_remote_worker(const std::vector<std::string>& args) {
   spawn.own_process_group = true;
   spawn.parent_death_signal = SIGKILL;
   spawn.stdin_from_dev_null = true;
+  spawn.stdout_terminal = true;  // printf lines as printed, as mpirun's workers get
   if (Status s = spawn_piped(program, spawn, &child); !s.ok()) {
     say(s.message());
     result.exit_code = 127;

@@ -172,6 +172,7 @@ int run_shim(const ShimOptions& options) {
   Child child;
   SpawnOptions spawn;
   spawn.parent_death_signal = SIGKILL;
+  spawn.stdout_terminal = true;  // printf lines as printed (the shim's own stdout is mpirun's)
   if (Status s = spawn_piped(options.program, spawn, &child); !s.ok()) {
     say(prefix, s.message());
     result.exit_code = 127;  // what a shell reports for a program it cannot run

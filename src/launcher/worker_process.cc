@@ -41,6 +41,7 @@ Status start_worker(const StartContext& context, WorkerProcess* w) {
     spawn.stdin_pipe = true;  // the secrets, then open until the worker is to stop
   } else {
     spawn.stdin_from_dev_null = true;  // in its own group, a tty read would stop it
+    spawn.stdout_terminal = true;      // printf lines as printed (a remote one: ssh's side)
   }
   if (Status s = spawn_piped(w->plan.argv, spawn, &w->child); !s.ok()) {
     w->reaped = true;

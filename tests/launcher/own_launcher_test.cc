@@ -65,6 +65,23 @@ TEST(OwnLauncher, KeepsStdoutAndStderrApartAndFlushesALastLineWithoutNewline) {
   EXPECT_EQ(line_set(r.err), (std::multiset<std::string>{"[0] err 0", "[1] err 1"})) << r.err;
 }
 
+// A worker's stdout is a terminal, as under mpirun, so that the C library line-buffers
+// printf (with a pipe, a program's lines came all at once at its exit); raw, so that lines
+// keep "\n" alone; its stderr stays a pipe, apart.
+TEST(OwnLauncher, AWorkersStdoutIsATerminalItsStderrAPipe) {
+  RunResult r = run_kolorun({"-np", "2", "sh", "-c",
+                             "if test -t 1; then echo tty; else echo pipe; fi; "
+                             "if test -t 2; then echo tty >&2; else echo pipe >&2; fi; "
+                             "printf 'a\\nb\\n'"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(line_set(r.out),
+            (std::multiset<std::string>{"[0] tty", "[1] tty", "[0] a", "[1] a", "[0] b", "[1] b"}))
+      << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(line_set(r.err), (std::multiset<std::string>{"[0] pipe", "[1] pipe"})) << r.err;
+}
+
 // Issue 13: mpirun splices long lines of different workers; kolorun reads each worker's
 // own pipe and writes every line whole, in one write().
 TEST(OwnLauncher, LongLinesFromFourWorkersNeverSplice) {
