@@ -560,10 +560,11 @@ int main(int argc, char** argv) {
   // On a terminal the workers' progress bars redraw in place and kolorun shows their
   // updates as they come (docs/launcher.md, "Output"): every worker gets KOLO_TERMINAL=1
   // (kolorun's environment is the local workers'; KOLO_* variables reach other hosts on
-  // the ssh command line, and mpirun's workers through -x).
-  if (launcher::is_terminal(kolo::core::process_env(), 1)) {
-    ::setenv(launcher::kTerminalVar, "1", 1);
-  }
+  // the ssh command line, and mpirun's workers through -x). Otherwise KOLO_TERMINAL=0: a
+  // worker's stdout is a pseudo-terminal either way (for line buffering), so isatty()
+  // there says nothing about where its lines end up.
+  ::setenv(launcher::kTerminalVar, launcher::is_terminal(kolo::core::process_env(), 1) ? "1" : "0",
+           1);
   const bool elastic = min_opt->count() + max_opt->count() + script_opt->count() > 0;
   if (!elastic) {
     for (auto* opt : {slots_opt, reset_opt, cooldown_opt, timeout_opt, interval_opt}) {

@@ -180,8 +180,8 @@ TEST(Terminal, KoloTerminalZeroTurnsItOff) {
   EXPECT_TRUE(contains(r.out, "[0] 3/3 done\n")) << visible(r.out);
 }
 
-// Not a terminal: no KOLO_TERMINAL for the workers, and a redrawn line becomes its last
-// update, on every path.
+// Not a terminal: KOLO_TERMINAL=0 for the workers (their stdout is a pseudo-terminal
+// either way), and a redrawn line becomes its last update, on every path.
 TEST(Terminal, ToAFileOnlyTheLastUpdateOfARedrawnLineIsALine) {
   ScratchDir dir;
   auto env = dir.fake_ssh_env();
@@ -195,7 +195,7 @@ TEST(Terminal, ToAFileOnlyTheLastUpdateOfARedrawnLineIsALine) {
     ASSERT_EQ(r.status, 0) << args[0] << ": " << r.err;
     std::vector<std::string> lines = lines_of(r.out);
     std::sort(lines.begin(), lines.end());
-    EXPECT_EQ(lines, (std::vector<std::string>{"[0] 3/3 done", "[0] T=", "[1] hello"}))
+    EXPECT_EQ(lines, (std::vector<std::string>{"[0] 3/3 done", "[0] T=0", "[1] hello"}))
         << args[0] << ": " << visible(r.out);
   }
 }
