@@ -52,6 +52,35 @@ void require_labels(const Dataset& d, const char* what) {
   }
 }
 
+// Keras's input check: a model whose first layer is a Linear (Dense) takes examples of
+// in_features values; data whose examples have another shape is refused before any step,
+// naming the layer and both shapes (libtorch's own "mat1 and mat2 shapes cannot be
+// multiplied" named neither, and came as an uncaught c10::Error).
+void check_input_shape(Model::Impl& m, const Dataset& d, const char* what) {
+  if (d.file_based() || !d.x().defined() || m.replicas.empty()) return;
+  // Only a Sequential whose first module is the Linear: there the data meets it as given
+  // (another module's forward may reshape before its first Linear).
+  if (dynamic_cast<const torch::nn::SequentialImpl*>(m.replicas[0].get()) == nullptr) return;
+  const auto children = m.replicas[0]->named_children();
+  if (children.is_empty()) return;
+  const std::string name = children[0].key();
+  const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(children[0].value().get());
+  if (linear == nullptr) return;
+  const std::int64_t in = linear->options.in_features();
+  const torch::Tensor& x = d.x();
+  if (x.dim() == 2 && x.size(1) == in) return;
+  std::string found = "(None";
+  for (std::int64_t i = 1; i < x.dim(); ++i) found += ", " + std::to_string(x.size(i));
+  found += x.dim() == 1 ? ",)" : ")";
+  throw Error(ErrorCode::kInvalidArgument,
+              std::string("Model::") + what + ": input 0 of layer '" + name +
+                  "' (Linear, in_features=" + std::to_string(in) +
+                  ") is incompatible with the data: expected shape=(None, " + std::to_string(in) +
+                  "), found shape=" + found +
+                  "; reshape x (e.g. x.reshape({x.size(0), -1}) for images) or change the "
+                  "first layer's input size");
+}
+
 // The examples of a step for replica r, on its device.
 torch::Tensor rows(const torch::Tensor& t, const torch::Tensor& idx, const torch::Device& d) {
   return t.index_select(0, idx).to(d);
@@ -405,6 +434,7 @@ History Model::fit(const Dataset& data_in, FitOptions o) {
   Impl& m = *impl_;
   require_compiled(m, "fit");
   require_labels(data_in, "fit");
+  check_input_shape(m, data_in, "fit");
   if (auto ps = m.strategy.impl_->ps) {
     if (o.elastic.enabled) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -485,6 +515,7 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions o) {
   Impl& m = *impl_;
   require_compiled(m, "evaluate");
   require_labels(data, "evaluate");
+  check_input_shape(m, data, "evaluate");
   CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, false, false);
   TrainParams params;
   params.verbose = o.verbose;
@@ -499,6 +530,7 @@ torch::Tensor Model::predict(const torch::Tensor& x, PredictOptions options) {
 
 torch::Tensor Model::predict(const Dataset& data, PredictOptions o) {
   Impl& m = *impl_;
+  check_input_shape(m, data, "predict");
   // Every worker predicts its replicas' slices of each batch; the slices are gathered in
   // order, so that every worker returns the outputs of every example.
   Dataset all = data.with_auto_shard_policy(AutoShardPolicy::kData);

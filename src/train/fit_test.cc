@@ -250,6 +250,34 @@ TEST(Fit, LogsAreExactOverReplicasAndEvaluateMatchesAManualPass) {
   }
 }
 
+// Data whose examples do not fit the first Dense layer (the founding program's 28x28
+// images into input_shape 784) is refused by fit, evaluate and predict before any step,
+// naming the layer and both shapes, as Keras does; libtorch's own error named neither.
+TEST(Fit, DataOfAnotherShapeThanTheFirstLayerIsRefusedNamingBoth) {
+  Model model(Sequential({Dense(16, "relu", 784), Dense(10)}));
+  model.compile(Adam{}, std::string("sparse_categorical_crossentropy"));
+  const torch::Tensor images = torch::rand({12, 28, 28});
+  const torch::Tensor labels = torch::zeros({12}, torch::kInt64);
+  const std::string want =
+      "input 0 of layer '0' (Linear, in_features=784) is incompatible with the data: "
+      "expected shape=(None, 784), found shape=(None, 28, 28); reshape x";
+  for (const char* what : {"fit", "evaluate", "predict"}) {
+    try {
+      if (std::string(what) == "fit") model.fit(images, labels, {.verbose = 0});
+      if (std::string(what) == "evaluate") model.evaluate(images, labels, {.verbose = 0});
+      if (std::string(what) == "predict") model.predict(images);
+      FAIL() << what << " took 28x28 images into a 784-input layer";
+    } catch (const kolo::Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(std::string("Model::") + what + ": " + want),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Flattened, the same data trains.
+  EXPECT_NO_THROW(model.fit(images.reshape({12, -1}), labels, {.verbose = 0}));
+}
+
 TEST(Fit, ErrorsNameTheProblem) {
   const auto p = testing::tiny_problem();
   Model model(testing::tiny_net());

@@ -120,7 +120,9 @@ Status GlooCommunicator::create_world(const GlooOptions& options,
                                                   : "interface '" + options.iface + "'") +
                            " (KOLO_HOST_ADDR / KOLO_GLOO_IFACE): " + e.what());
   }
-  if (options.launcher_notices) {
+  // An elastic generation's notices are of its own members only (elastic_keys.h), so
+  // each of them counts, even one posted before this rank got here.
+  if (options.launcher_notices && options.launcher_prefix == "launcher") {
     std::string v;
     bool found = false;
     if (store->try_get(options.launcher_prefix + "/exits", &v, &found).ok() && found) {
@@ -152,7 +154,11 @@ Status GlooCommunicator::connect(std::shared_ptr<World> world, std::vector<int> 
 
   auto context = std::make_shared<::gloo::rendezvous::Context>(me, n);
   context->setTimeout(timeout(deadline));
-  GlooStore rendezvous_store(store_, deadline);
+  // While the members meet, an exit the launcher published ends the wait (a rank killed
+  // during an elastic reset once left its peers here until the 630 s deadline).
+  GlooStore::Watch watch;
+  if (world_->options.launcher_notices) watch = [this] { return launcher_exits(); };
+  GlooStore rendezvous_store(store_, deadline, std::move(watch));
   const std::map<unsigned long, int> before = socket_fds();
   try {
     context->connectFullMesh(rendezvous_store, world_->device);

@@ -137,6 +137,10 @@ class GlooCommunicator final : public Communicator {
   // Members whose process is gone or whose exit the launcher announced, as a sentence
   // ("" when none). With `wait`, waits up to 2 s for a launcher notice (launcher_notices).
   std::string gone_peers(bool wait);
+  // The launcher's exit notices of members (past exits_at_start), as a sentence ("" when
+  // none): what gone_peers reports from the store, without waiting and without the peers'
+  // pids (known only once connected). Watches connect()'s rendezvous.
+  std::string launcher_exits();
   // Another rank's failure notice ("rank 1 reported: ..."), or "" when none was announced.
   std::string announced_failure();
   // shutdown(SHUT_RDWR) on every socket of this communicator's context.

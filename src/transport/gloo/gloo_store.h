@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,8 +27,13 @@ namespace kolo::transport::gloo_impl {
 
 class GlooStore final : public ::gloo::rendezvous::Store {
  public:
-  GlooStore(std::shared_ptr<rendezvous::Store> store, Deadline deadline)
-      : store_(std::move(store)), deadline_(deadline) {}
+  // What ends a wait early: a sentence saying why the awaited ranks will never come ("the
+  // launcher reports: rank 1 ... was killed by signal 9"), or "" to wait on.
+  using Watch = std::function<std::string()>;
+  // With a `watch`, every wait is cut into 200 ms slices and `watch` is asked between
+  // them: a failure it names ends the wait as kPeerFailure with its sentence.
+  GlooStore(std::shared_ptr<rendezvous::Store> store, Deadline deadline, Watch watch = {})
+      : store_(std::move(store)), deadline_(deadline), watch_(std::move(watch)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override;
   // Blocks until `key` exists (bounded by the deadline).
@@ -41,9 +47,12 @@ class GlooStore final : public ::gloo::rendezvous::Store {
 
  private:
   [[noreturn]] void raise(Status s);
+  // store_->wait(keys, by), watched.
+  Status watched_wait(const std::vector<std::string>& keys, Deadline by);
 
   std::shared_ptr<rendezvous::Store> store_;
   Deadline deadline_;
+  Watch watch_;
   Status error_;
 };
 

@@ -65,5 +65,38 @@ TEST(GlooStore, PassedDeadlineStillLooksOnce) {
   EXPECT_EQ(store.get("k"), (std::vector<char>{'v'}));
 }
 
+// A watched wait ends as soon as the watch names a failure (a rank killed during an
+// elastic reset once left its peers in gloo's rendezvous until the 630 s deadline, the
+// launcher's notice of it already in the store); without one it runs to its deadline,
+// whose message still names the missing key and the whole wait.
+TEST(GlooStore, AWatchedWaitEndsAtTheLaunchersNotice) {
+  auto memory = std::make_shared<rendezvous::MemoryStore>();
+  GlooStore store(memory, Clock::now() + std::chrono::seconds(60), [&] {
+    std::string v;
+    bool found = false;
+    memory->try_get("launcher/exit/1", &v, &found).ok();
+    return found ? "the launcher reports: " + v : std::string();
+  });
+  std::thread launcher([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    ASSERT_TRUE(memory->set("launcher/exit/1", "rank 1 (host h) was killed by signal 9").ok());
+  });
+  const auto start = Clock::now();
+  EXPECT_THROW(store.get("rank_1"), ::gloo::IoException);
+  launcher.join();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(store.error().code(), ErrorCode::kPeerFailure);
+  EXPECT_EQ(store.error().message(),
+            "the launcher reports: rank 1 (host h) was killed by signal 9");
+
+  GlooStore quiet(memory, Clock::now() + milliseconds(700), [] { return std::string(); });
+  ASSERT_TRUE(memory->set("a", "1").ok());
+  EXPECT_THROW(quiet.wait({"a", "b"}), ::gloo::IoException);
+  EXPECT_NE(quiet.error().message().find("key 'b' (1 of the 2 keys waited for) was not set "
+                                         "within 0.7"),
+            std::string::npos)
+      << quiet.error().message();
+}
+
 }  // namespace
 }  // namespace kolo::transport::gloo_impl

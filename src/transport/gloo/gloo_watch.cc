@@ -111,6 +111,30 @@ bool GlooCommunicator::confirm_tick() {
   return true;
 }
 
+std::string GlooCommunicator::launcher_exits() {
+  const World& w = *world_;
+  std::string v;
+  bool found = false;
+  if (!w.store->try_get(w.options.launcher_prefix + "/exits", &v, &found).ok() || !found ||
+      std::atoll(v.c_str()) <= w.exits_at_start) {
+    return "";
+  }
+  std::string notices;
+  for (std::size_t m = 0; m < members_.size(); ++m) {
+    if (members_[m] == w.options.rank) continue;
+    std::string sentence;
+    bool there = false;
+    if (w.store
+            ->try_get(w.options.launcher_prefix + "/exit/" + std::to_string(members_[m]), &sentence,
+                      &there)
+            .ok() &&
+        there) {
+      notices += (notices.empty() ? "" : "; ") + sentence;
+    }
+  }
+  return notices.empty() ? "" : "the launcher reports: " + notices;
+}
+
 std::string GlooCommunicator::gone_peers(bool wait) {
   const World& w = *world_;
   std::vector<int> gone;
