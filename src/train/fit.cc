@@ -53,7 +53,8 @@ void require_labels(const Dataset& d, const char* what) {
 }
 
 // Keras's input check: a model whose first layer is a Linear (Dense) takes examples of
-// in_features values; data whose examples have another shape is refused before any step,
+// in_features values; data whose examples have another shape (and that the model's forward
+// cannot take, tried on one example) is refused before any step,
 // naming the layer and both shapes (libtorch's own "mat1 and mat2 shapes cannot be
 // multiplied" named neither, and came as an uncaught c10::Error).
 void check_input_shape(Model::Impl& m, const Dataset& d, const char* what) {
@@ -69,6 +70,20 @@ void check_input_shape(Model::Impl& m, const Dataset& d, const char* what) {
   const std::int64_t in = linear->options.in_features();
   const torch::Tensor& x = d.x();
   if (x.dim() == 2 && x.size(1) == in) return;
+  // The model's forward may adapt the data first (a Model with its own forward): one
+  // example through it decides.
+  {
+    torch::NoGradGuard no_grad;
+    const bool training = m.replicas[0]->is_training();
+    m.replicas[0]->eval();
+    try {
+      m.forward(*m.replicas[0], x.slice(0, 0, 1).to(m.strategy.devices()[0]));
+      m.replicas[0]->train(training);
+      return;
+    } catch (const c10::Error&) {
+      m.replicas[0]->train(training);
+    }
+  }
   std::string found = "(None";
   for (std::int64_t i = 1; i < x.dim(); ++i) found += ", " + std::to_string(x.size(i));
   found += x.dim() == 1 ? ",)" : ")";
