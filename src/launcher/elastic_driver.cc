@@ -12,8 +12,10 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "launcher/job.h"
 #include "launcher/lines.h"
@@ -83,7 +85,11 @@ class Driver {
   bool write_plan(const PlanResult& plan, const std::string& why);
   void start(Worker* w, const std::vector<PlanMember>& plan, int rank);
   void give_up(const std::string& message, int status);
+  // Starts the discovery script on a thread of its own (its run is bounded by
+  // kDiscoveryTimeoutSeconds): the loop goes on serving workers meanwhile.
   void discover();
+  // Takes the script's result once it is in (false while it runs).
+  bool take_discovery();
   // The hosts workers may start on: every host, less (this_host_only) the other hosts.
   std::vector<HostSlots> reachable_hosts() const;
   void poll_store();
@@ -115,6 +121,11 @@ class Driver {
   std::optional<int> first_failure_status_;
   std::vector<std::string> failures_;  // exit sentences, for "every worker failed"
   Deadline next_discovery_, next_reset_poll_, next_arrival_poll_;
+  struct Discovered {
+    Status status;
+    std::vector<HostSlots> hosts;
+  };
+  std::future<Discovered> discovery_;  // valid while a run is in flight or not yet taken
   std::int64_t reset_requests_seen_ = 0;
   // The generation whose arrivals the removed workers wait for (-1: none).
   int arrivals_for_ = -1;
@@ -378,15 +389,29 @@ void Driver::give_up(const std::string& message, int status) {
 }
 
 void Driver::discover() {
-  next_discovery_ = Clock::now() + seconds_duration(o_.discovery_interval_s);
-  std::vector<HostSlots> hosts;
-  if (Status s = run_discovery_script(o_.discovery_script, o_.default_slots,
-                                      kDiscoveryTimeoutSeconds, &hosts);
-      !s.ok()) {
-    say("warning: " + s.message() + "; keeping the last hosts");
-    return;
+  if (discovery_.valid()) return;  // the last run is still going
+  discovery_ =
+      std::async(std::launch::async, [script = o_.discovery_script, slots = o_.default_slots] {
+        Discovered d;
+        d.status = run_discovery_script(script, slots, kDiscoveryTimeoutSeconds, &d.hosts);
+        return d;
+      });
+}
+
+bool Driver::take_discovery() {
+  if (!discovery_.valid() ||
+      discovery_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return false;
   }
-  if (hosts == hosts_) return;
+  Discovered d = discovery_.get();
+  // The interval runs from the end of a run, as before (a slow script is not rerun at once).
+  next_discovery_ = Clock::now() + seconds_duration(o_.discovery_interval_s);
+  if (!d.status.ok()) {
+    say("warning: " + d.status.message() + "; keeping the last hosts");
+    return true;
+  }
+  std::vector<HostSlots> hosts = std::move(d.hosts);
+  if (hosts == hosts_) return true;
   std::string text = "the hosts changed:";
   for (const auto& h : hosts) text += " " + h.host + ":" + std::to_string(h.slots);
   if (hosts.empty()) text += " none";
@@ -406,6 +431,7 @@ void Driver::discover() {
     }
   }
   replan("the hosts changed");
+  return true;
 }
 
 std::vector<HostSlots> Driver::reachable_hosts() const {
@@ -509,7 +535,9 @@ void Driver::on_deadlines() {
     cooldown_wake_ = blacklist_.next_return(now);
     replan("a blacklisted host's cooldown ended");
   }
-  if (!o_.discovery_script.empty() && now >= next_discovery_) discover();
+  if (!o_.discovery_script.empty()) {
+    if (!take_discovery() && !discovery_.valid() && now >= next_discovery_) discover();
+  }
   poll_store();
 }
 
@@ -529,7 +557,10 @@ std::optional<Deadline> Driver::next_deadline() const {
   if (!stopping_) {
     if (wait_since_) consider(*wait_since_ + seconds_duration(o_.elastic_timeout_s));
     consider(cooldown_wake_);
-    if (!o_.discovery_script.empty()) consider(next_discovery_);
+    if (!o_.discovery_script.empty()) {
+      // While a run is in flight, look for its result every 20 ms.
+      consider(discovery_.valid() ? Clock::now() + std::chrono::milliseconds(20) : next_discovery_);
+    }
     if (!plans_.empty() && !finished_) consider(next_reset_poll_);
     if (arrivals_for_ >= 0) consider(next_arrival_poll_);
   }
@@ -579,12 +610,22 @@ Status run_discovery_script(const std::string& script, int default_slots, double
         fds, [&](std::string_view l) { text.append(l).push_back('\n'); },
         [&](std::string_view l) { err.assign(l); });
     int st = 0;
-    if (!status && ::waitpid(child.pid, &st, WNOHANG) == child.pid) status = st;
+    // The driver's loop reaps every child (waitpid(-1)) and keeps the script's status.
+    if (!status &&
+        (::waitpid(child.pid, &st, WNOHANG) == child.pid || take_foreign_exit(child.pid, &st))) {
+      status = st;
+    }
     if (Clock::now() >= deadline) {
       timed_out = !status;
       ::kill(-child.pid, SIGKILL);  // and whatever it started that holds the pipes
       if (!status) {
-        ::waitpid(child.pid, &st, 0);  // SIGKILL: returns at once
+        // SIGKILL: returns at once (or the loop took it: then it is noted soon).
+        if (::waitpid(child.pid, &st, 0) != child.pid) {
+          const Deadline by = deadline_after(1);
+          while (!take_foreign_exit(child.pid, &st) && Clock::now() < by) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+        }
         status = st;
       }
       break;

@@ -15,7 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
+#include <mutex>
 #include <set>
+#include <utility>
 
 namespace kolo::launcher {
 namespace {
@@ -68,6 +71,30 @@ std::vector<SignalEvent> read_signal_events(int fd) {
   SignalEvent e;
   while (::read(fd, &e, sizeof(e)) == static_cast<ssize_t>(sizeof(e))) events.push_back(e);
   return events;
+}
+
+namespace {
+
+std::mutex foreign_mu;
+std::deque<std::pair<pid_t, int>> foreign_exits;  // guarded by foreign_mu
+
+}  // namespace
+
+void note_foreign_exit(pid_t pid, int status) {
+  std::lock_guard<std::mutex> lock(foreign_mu);
+  foreign_exits.emplace_back(pid, status);
+  if (foreign_exits.size() > 1024) foreign_exits.pop_front();
+}
+
+bool take_foreign_exit(pid_t pid, int* status) {
+  std::lock_guard<std::mutex> lock(foreign_mu);
+  for (auto it = foreign_exits.begin(); it != foreign_exits.end(); ++it) {
+    if (it->first != pid) continue;
+    *status = it->second;
+    foreign_exits.erase(it);
+    return true;
+  }
+  return false;
 }
 
 namespace {

@@ -57,6 +57,12 @@ struct SpawnOptions {
   const std::vector<std::string>* environment = nullptr;
 };
 
+// Exit statuses that a waitpid(-1) loop (reap_workers) took for children it does not own,
+// kept for their owner on another thread (the elastic driver's discovery script): note
+// one, or take it (true, with its status). At most 1024 are kept (the oldest go).
+void note_foreign_exit(pid_t pid, int status);
+bool take_foreign_exit(pid_t pid, int* status);
+
 struct Child {
   pid_t pid = -1;
   int out_fd = -1;  // read end of the child's stdout

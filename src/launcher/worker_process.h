@@ -82,9 +82,14 @@ void reap_workers(Workers& workers, Clock::duration drain) {
   int status = 0;
   pid_t pid;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    bool mine = false;
     for (WorkerProcess& w : workers) {
-      if (w.child.pid == pid && !w.reaped) mark_reaped(&w, status, drain);
+      if (w.child.pid == pid && !w.reaped) {
+        mark_reaped(&w, status, drain);
+        mine = true;
+      }
     }
+    if (!mine) note_foreign_exit(pid, status);  // a leftover, or the discovery script
   }
 }
 // A reaped worker whose pipes something it left behind still holds: passes on what is

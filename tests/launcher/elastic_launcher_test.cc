@@ -111,6 +111,31 @@ TEST(ElasticLauncher, AHostAddedByTheDiscoveryScriptGetsANewWorker) {
       << r.err;
 }
 
+// A discovery script that hangs does not freeze the driver: it runs on a thread of its
+// own, so a killed worker is named and replaced at once (with the script run on the loop,
+// output stopped for 10 s at a time and a kill was seen 3.9 s late).
+TEST(ElasticLauncher, AHangingDiscoveryScriptDoesNotDelayTheLoop) {
+  ScratchDir dir;
+  dir.write("hosts", "localhost:3\n");
+  const std::string script =
+      "if [ -e " + dir.path() + "/hang ]; then sleep 8; fi; cat " + dir.path() + "/hosts";
+  KolorunProcess p(elastic(dir, {"--min-np", "1", "--max-np", "3", "--discovery-interval", "0.2",
+                                 "--host-discovery-script", script}));
+  ASSERT_TRUE(p.wait_for_lines(gen_text(0), 3, 20)) << p.out();
+  touch(dir, "hang");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // a run is now sleeping
+  auto g0 = generation(p.out(), 0);
+  ASSERT_EQ(g0.size(), 3u);
+  const double killed_at = now_s();
+  ::kill(g0[2].pid, SIGKILL);
+  EXPECT_TRUE(p.wait_for_lines(gen_text(1), 2, 3)) << p.out();
+  EXPECT_LT(now_s() - killed_at, 3.0);
+  touch(dir, "exit0.all");
+  RunResult r = p.wait(30);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "kolorun: rank 2 (host localhost) was killed by signal 9")) << r.err;
+}
+
 // The script's first hosts are all this host under loopback names: the store and the
 // workers listen on 127.0.0.1, so another host it adds later could reach neither. It gets
 // no worker (the stand-in ssh would start one that works, being this host) and a warning.
