@@ -642,13 +642,15 @@ int main(int argc, char** argv) {
   // What runs: every task of a ps job, for the limits and the threads below.
   launcher::LaunchRequest processes = request;
   if (request.parameter_server()) processes.np = launcher::ps_task_count(request);
-  if (Status s = launcher::check_machine_limits(processes, machine_limits(), this_host_names());
+  const char* mode = std::getenv(launcher::kLauncherModeVar);
+  const std::string mode_text = mode ? mode : "";
+  // The limits' message names what starts the workers: mpirun, or kolorun itself.
+  if (Status s =
+          launcher::check_machine_limits(processes, machine_limits(), this_host_names(),
+                                         use_mpi || mode_text == "mpi" ? "mpirun" : "kolorun");
       !s.ok()) {
     return fail(s.message());
   }
-
-  const char* mode = std::getenv(launcher::kLauncherModeVar);
-  const std::string mode_text = mode ? mode : "";
   if (mode_text != "" && mode_text != "kolorun" && mode_text != "mpi") {
     return fail(std::string(launcher::kLauncherModeVar) + "=" + mode_text +
                 " is not valid: expected kolorun (the default) or mpi");

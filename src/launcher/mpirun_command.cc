@@ -46,7 +46,8 @@ bool runs_on_this_host_only(const LaunchRequest& r,
 }
 
 Status check_machine_limits(const LaunchRequest& r, const MachineLimits& limits,
-                            const std::vector<std::string>& this_host_names) {
+                            const std::vector<std::string>& this_host_names,
+                            const std::string& starter) {
   const std::vector<int> per_host = fill_hosts(r.hosts, r.np);
   long here = 0;
   for (size_t i = 0; i < per_host.size(); ++i) {
@@ -70,7 +71,8 @@ Status check_machine_limits(const LaunchRequest& r, const MachineLimits& limits,
                ", which only root can raise";
     }
     return InvalidArgument("-np " + std::to_string(r.np) + " starts " + workers +
-                           " on this host, and mpirun needs about " + std::to_string(files) +
+                           " on this host, and " + starter + " needs about " +
+                           std::to_string(files) +
                            " open files for them, but the open-file limit (ulimit -n) is " +
                            std::to_string(limits.open_files) + ", enough for " +
                            std::to_string(fit) + ": " + raise + ") or lower -np");

@@ -52,8 +52,11 @@ inline constexpr int kMpirunFilesBase = 64;
 // the hosts named in `this_host_names`) more workers than the open-file or process limits
 // allow. OpenMPI 4.1's mpirun does not fail at those limits: it hangs for good after
 // "The system limit on number of pipes a process can open was reached".
+// `starter` ("mpirun", or "kolorun" for its own launcher, which holds about as many
+// descriptors per worker) is what the open-file message says needs them.
 Status check_machine_limits(const LaunchRequest& request, const MachineLimits& limits,
-                            const std::vector<std::string>& this_host_names);
+                            const std::vector<std::string>& this_host_names,
+                            const std::string& starter = "mpirun");
 
 // Whether `host` names this machine: localhost, 127.*, or one of `this_host_names`.
 bool is_this_host(const std::string& host, const std::vector<std::string>& this_host_names);

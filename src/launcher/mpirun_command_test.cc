@@ -209,6 +209,12 @@ TEST(MachineLimits, RefusesMoreWorkersThanThisHostCanStart) {
                              "enough for 48: raise it (ulimit -n 304) or lower -np"),
             std::string::npos)
       << s.message();
+  // Under kolorun's own launcher the message names kolorun, not an mpirun that never runs.
+  s = check_machine_limits(request(60), limits, {}, "kolorun");
+  EXPECT_NE(s.message().find("-np 60 starts 60 workers on this host, and kolorun needs about 304 "
+                             "open files for them"),
+            std::string::npos)
+      << s.message();
   EXPECT_TRUE(check_machine_limits(request(48), limits, {}).ok());
   EXPECT_FALSE(check_machine_limits(request(60, {{"localhost", 60}}), limits, {}).ok());
   EXPECT_FALSE(check_machine_limits(request(60, {{"node1", 60}}), limits, {"node1"}).ok());
