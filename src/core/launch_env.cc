@@ -4,7 +4,6 @@
 
 #include <climits>
 #include <cstdlib>
-#include <map>
 
 #include "common/logging.h"
 
@@ -38,6 +37,7 @@ bool from(const Env& env, const char* launcher, const char* rank, const char* si
   LaunchEnv e;
   if (!get_int(env, rank, &e.rank) || !get_int(env, size, &e.size)) return false;
   e.launcher = launcher;
+  e.size_source = std::string(size) + "=" + value(env, size);
   if (local_rank) get_int(env, local_rank, &e.local_rank);
   if (local_size && !get_int(env, local_size, &e.local_size)) e.local_size = e.size;
   *out = e;
@@ -150,6 +150,7 @@ Status detect_torch(const Env& env, LaunchEnv* e) {
                            ": ranks are 0 to " + std::to_string(e->size - 1));
   }
   e->launcher = "torch";
+  e->size_source = "WORLD_SIZE=" + value(env, "WORLD_SIZE");
   e->local_rank = 0;
   e->local_size = e->size;
   if (has(env, "LOCAL_RANK")) KOLO_RETURN_IF_ERROR(torch_int(env, "LOCAL_RANK", 0, &e->local_rank));
@@ -225,6 +226,7 @@ Status detect_tf_config(const Env& env, LaunchEnv* e, bool* matched) {
     }
   }
   e->size = static_cast<int>(hosts.size());
+  e->size_source = "TF_CONFIG's " + std::to_string(e->size) + " chief and worker tasks";
   e->rank = tf.task_type == "chief" ? tf.task_index
                                     : static_cast<int>(tf.cluster.chief.size()) + tf.task_index;
   // Local ranks: the tasks whose host is written as this one's is.
@@ -292,16 +294,7 @@ Status detect_launch_env(const Env& env, LaunchEnv* out) {
   LaunchEnv e;
   KOLO_RETURN_IF_ERROR(detect(env, config, &e));
   if (e.size > kMaxWorldSize) {
-    const std::map<std::string, const char*> size_var = {{"kolorun", "KOLO_SIZE"},
-                                                         {"mpirun", "OMPI_COMM_WORLD_SIZE"},
-                                                         {"pmi", "PMI_SIZE"},
-                                                         {"torch", "WORLD_SIZE"},
-                                                         {"slurm", "SLURM_NTASKS"}};
-    const auto it = size_var.find(e.launcher);
-    const std::string what =
-        it != size_var.end() ? std::string(it->second) + "=" + value(env, it->second)
-                             : "TF_CONFIG's " + std::to_string(e.size) + " chief and worker tasks";
-    return InvalidArgument(what + " is more processes than a kolo job can have (at most " +
+    return InvalidArgument(e.size_source + " is more processes than a kolo job can have (at most " +
                            std::to_string(kMaxWorldSize) +
                            ": the store's start-up waits on one key per rank)");
   }

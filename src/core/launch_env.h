@@ -30,6 +30,9 @@ struct LaunchEnv {
   int size = 1;
   int local_rank = 0;
   int local_size = 1;
+  // Where `size` came from, for messages: "WORLD_SIZE=8", "KOLO_SIZE=4", or TF_CONFIG's
+  // task count ("" for a single process).
+  std::string size_source;
   // KOLO_TEST_HOSTS (test-only; 0 = off): pretend the ranks run on this many hosts, so one
   // machine exercises multi-host code paths (see transport::MpiOptions::test_hosts).
   int test_hosts = 0;

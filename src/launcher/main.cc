@@ -565,6 +565,16 @@ int main(int argc, char** argv) {
   // there says nothing about where its lines end up.
   ::setenv(launcher::kTerminalVar, launcher::is_terminal(kolo::core::process_env(), 1) ? "1" : "0",
            1);
+  // What kolorun's own launcher needs of the flags (elastic or not).
+  const auto own_launch = [&] {
+    OwnLaunch own;
+    own.dry_run = dry_run;
+    own.rendezvous_addr = rendezvous_addr;
+    own.ssh_port = ssh_port;
+    own.ssh_identity_file = ssh_identity_file;
+    own.ssh_config = ssh_config;
+    return own;
+  };
   const bool elastic = min_opt->count() + max_opt->count() + script_opt->count() > 0;
   if (!elastic) {
     for (auto* opt : {slots_opt, reset_opt, cooldown_opt, timeout_opt, interval_opt}) {
@@ -594,15 +604,7 @@ int main(int argc, char** argv) {
         // (checked with it).
         timeout_opt->count() == 0 && env_timeout != nullptr ? std::string(env_timeout)
                                                             : std::string()};
-    return run_elastic_main(args, [&] {
-      OwnLaunch own;
-      own.dry_run = dry_run;
-      own.rendezvous_addr = rendezvous_addr;
-      own.ssh_port = ssh_port;
-      own.ssh_identity_file = ssh_identity_file;
-      own.ssh_config = ssh_config;
-      return own;
-    }());
+    return run_elastic_main(args, own_launch());
   }
   if (ps_opt->count() == 0 && np_opt->count() == 0) {
     return fail("-np N is required: the number of workers (run kolorun --help for usage)");
@@ -663,13 +665,7 @@ int main(int argc, char** argv) {
   if (!use_mpi && mode_text != "mpi") {
     launcher::prepare_worker_threads(processes, kolo::core::process_env(), this_host_names(),
                                      /*announce=*/!dry_run);
-    OwnLaunch own;
-    own.dry_run = dry_run;
-    own.rendezvous_addr = rendezvous_addr;
-    own.ssh_port = ssh_port;
-    own.ssh_identity_file = ssh_identity_file;
-    own.ssh_config = ssh_config;
-    return run_own(request, own);
+    return run_own(request, own_launch());
   }
 
   // The shims mark their exit reports with this job's token (exported with the other

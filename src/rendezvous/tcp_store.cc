@@ -102,22 +102,32 @@ Status TcpStore::connect(const TcpStoreOptions& options, std::unique_ptr<TcpStor
                            std::to_string(wire::kMaxSecretBytes) +
                            " (KOLO_RENDEZVOUS_SECRET): give a shorter one");
   }
-  const Deadline by = deadline_after(options.connect_timeout_s);
   std::unique_ptr<Connection> c;
-  auto backoff = std::chrono::milliseconds(10);
-  while (true) {
-    const Status s = store->open_connection(by, options.connect_timeout_s, &c);
-    if (s.ok()) break;
-    // Only "nobody listens yet" is worth a retry (the server may start after its
-    // clients); a refused secret is not.
-    if (s.code() != ErrorCode::kPeerFailure || Clock::now() >= by) return s;
-    std::this_thread::sleep_until(std::min(by, Clock::now() + backoff));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-  }
+  // "Nobody listens yet" is worth a retry too: the server may start after its clients.
+  KOLO_RETURN_IF_ERROR(store->open_retrying(deadline_after(options.connect_timeout_s),
+                                            options.connect_timeout_s,
+                                            /*unless_refused=*/false, &c));
   std::lock_guard<std::mutex> lock(store->mu_);
   store->idle_.push_back(std::move(c));
   *out = std::move(store);
   return Status::OK();
+}
+
+Status TcpStore::open_retrying(Deadline by, double timeout_s, bool unless_refused,
+                               std::unique_ptr<Connection>* out) {
+  auto backoff = std::chrono::milliseconds(10);
+  while (true) {
+    bool accepted = false;
+    const Status s = open_connection(by, timeout_s, out, &accepted);
+    if (s.ok()) return s;
+    // A refused secret (kInvalidArgument) is never worth a retry.
+    if (s.code() != ErrorCode::kPeerFailure || (unless_refused && !accepted) ||
+        Clock::now() >= by) {
+      return s;
+    }
+    std::this_thread::sleep_until(std::min(by, Clock::now() + backoff));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
 }
 
 Status TcpStore::open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out,
@@ -179,20 +189,10 @@ Status TcpStore::call(const Message& q, Deadline reply_by, Message* r) {
   if (!c) {
     // A new connection the server accepted but closed before answering its hello (busy
     // with strangers) loses nothing: try again, bounded; and a failure here leaves the
-    // client usable (no request was under way).
-    const Deadline by = io_deadline();
-    auto backoff = std::chrono::milliseconds(10);
-    while (true) {
-      bool accepted = false;
-      const Status opened = open_connection(by, options_.io_timeout_s, &c, &accepted);
-      if (opened.ok()) break;
-      // Refused outright (nobody listens): the server is gone; say so at once.
-      if (!accepted || opened.code() != ErrorCode::kPeerFailure || Clock::now() >= by) {
-        return opened;
-      }
-      std::this_thread::sleep_until(std::min(by, Clock::now() + backoff));
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-    }
+    // client usable (no request was under way). Refused outright (nobody listens): the
+    // server is gone; say so at once.
+    KOLO_RETURN_IF_ERROR(
+        open_retrying(io_deadline(), options_.io_timeout_s, /*unless_refused=*/true, &c));
   }
   const Status s = exchange(c.get(), q.op, frame, reply_by, r);
   std::lock_guard<std::mutex> lock(mu_);

@@ -75,6 +75,11 @@ class TcpStore : public Store {
   // after that was the hello's).
   Status open_connection(Deadline by, double timeout_s, std::unique_ptr<Connection>* out,
                          bool* accepted = nullptr);
+  // open_connection, tried again with backoff (10 ms doubling to 200 ms) until `by` while
+  // it fails with kPeerFailure; with `unless_refused`, only while the server accepted
+  // the connection (then a refused connect means the server is gone).
+  Status open_retrying(Deadline by, double timeout_s, bool unless_refused,
+                       std::unique_ptr<Connection>* out);
   // Sends q and reads its reply into *r, waiting for it until `reply_by`. A failed
   // reply (r->code) becomes the returned Status; an I/O error breaks the store.
   Status call(const wire::Message& q, Deadline reply_by, wire::Message* r);

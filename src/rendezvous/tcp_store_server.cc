@@ -245,10 +245,7 @@ class TcpStoreServer::Loop {
       }
       expire_parked();
       expire_strangers();
-      conns_.remove_if([](const Connection& c) {
-        if (c.dead) ::close(c.fd);
-        return c.dead;
-      });
+      close_dead();
     }
   }
 
@@ -279,10 +276,7 @@ class TcpStoreServer::Loop {
         if ((e == EMFILE || e == ENFILE) && !evicted_for_fd &&
             evict_oldest_stranger("this process is out of file descriptors")) {
           evicted_for_fd = true;  // its descriptor is free once closed: try once more
-          conns_.remove_if([](const Connection& c) {
-            if (c.dead) ::close(c.fd);
-            return c.dead;
-          });
+          close_dead();
           continue;
         }
         // Out of descriptors or memory: the pending connection stays in the backlog, and
@@ -342,6 +336,14 @@ class TcpStoreServer::Loop {
       c.hello_by = c.accepted + hello_timeout_;
       conns_.push_back(std::move(c));
     }
+  }
+
+  // Closes and forgets the connections marked dead.
+  void close_dead() {
+    conns_.remove_if([](const Connection& c) {
+      if (c.dead) ::close(c.fd);
+      return c.dead;
+    });
   }
 
   // Closes the connection without a hello that was accepted first; false when none.
