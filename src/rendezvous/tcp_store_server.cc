@@ -59,10 +59,14 @@ bool is_loopback(const sockaddr_storage& a) {
   return false;
 }
 
+enum class Owner { kFound, kNotFound, kUnreadable };
+
 // The owner (uid) of the loopback peer socket at `peer` connected to our `local`, from
-// /proc/net/tcp or tcp6 (the kernel's socket table of this network namespace); false when
-// it is not found (the peer already closed, or another namespace).
-bool loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local, uid_t* uid) {
+// /proc/net/tcp or tcp6 (the kernel's socket table of this network namespace): kNotFound
+// when it is not there (the peer already closed), kUnreadable when the table cannot be
+// read (*error says why).
+Owner loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local, uid_t* uid,
+                        std::string* error) {
   // Both ends as the table prints them: an address as 32-bit words (in memory order, %08X)
   // and a port (host order, %04X). A v4-mapped IPv6 peer is an IPv4 socket.
   struct End {
@@ -91,10 +95,14 @@ bool loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& loc
   End them, us;
   end_of(peer, &them);
   end_of(local, &us);
-  if (them.nwords != us.nwords) return false;
-  std::ifstream table(them.nwords == 1 ? "/proc/net/tcp" : "/proc/net/tcp6");
+  if (them.nwords != us.nwords) return Owner::kNotFound;
+  const char* path = them.nwords == 1 ? "/proc/net/tcp" : "/proc/net/tcp6";
+  std::ifstream table(path);
   std::string line;
-  std::getline(table, line);  // the header
+  if (!table.is_open() || !std::getline(table, line)) {  // the header
+    *error = std::string("cannot read ") + path + ": " + errno_text(errno);
+    return Owner::kUnreadable;
+  }
   auto parse = [](const char* text, int nwords, End* e) {
     for (int w = 0; w < nwords; ++w) {
       unsigned word = 0;
@@ -119,11 +127,52 @@ bool loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& loc
     };
     if (same(l, them) && same(r, us)) {
       *uid = static_cast<uid_t>(owner);
-      return true;
+      return Owner::kFound;
     }
   }
-  return false;
+  return Owner::kNotFound;
 }
+
+// Descriptors held in reserve (/dev/null) for the moments this process has none left: the
+// server lends them out while it handles an accept() that failed for want of descriptors
+// (its log line, and the sanitizers' own checks, may need one) and while it reads the
+// kernel's socket table for a connection it has just accepted with the last free one.
+class SpareDescriptors {
+ public:
+  static constexpr int kCount = 2;
+  SpareDescriptors() { take(); }
+  ~SpareDescriptors() { give(); }
+  SpareDescriptors(const SpareDescriptors&) = delete;
+  SpareDescriptors& operator=(const SpareDescriptors&) = delete;
+
+  // Closes the spares for the guard's lifetime, then opens them again (as many as it can:
+  // another thread may have taken the freed numbers meanwhile; the rest are retried on the
+  // next lending).
+  class Lent {
+   public:
+    explicit Lent(SpareDescriptors& s) : s_(s) { s_.give(); }
+    ~Lent() { s_.take(); }
+    Lent(const Lent&) = delete;
+    Lent& operator=(const Lent&) = delete;
+
+   private:
+    SpareDescriptors& s_;
+  };
+
+ private:
+  void give() {
+    for (int& fd : fds_) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+  }
+  void take() {
+    for (int& fd : fds_) {
+      if (fd < 0) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+  }
+  int fds_[kCount] = {-1, -1};
+};
 
 // At most kShown lines of one kind of warning per kWindow; the rest are counted and said
 // in one line when the next window opens (a flood of strangers or a full descriptor table
@@ -273,7 +322,10 @@ class TcpStoreServer::Loop {
       if (fd < 0) {
         const int e = errno;
         if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) return;
-        if ((e == EMFILE || e == ENFILE) && !evicted_for_fd &&
+        const bool out_of_fds = e == EMFILE || e == ENFILE;
+        std::optional<SpareDescriptors::Lent> lent;
+        if (out_of_fds) lent.emplace(spares_);
+        if (out_of_fds && !evicted_for_fd &&
             evict_oldest_stranger("this process is out of file descriptors")) {
           evicted_for_fd = true;  // its descriptor is free once closed: try once more
           close_dead();
@@ -307,8 +359,26 @@ class TcpStoreServer::Loop {
         sockaddr_storage local{};
         socklen_t local_len = sizeof(local);
         uid_t owner = 0;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 &&
-            loopback_peer_uid(addr, local, &owner) && owner != ::geteuid()) {
+        std::string error = "getsockname failed";
+        Owner found = Owner::kUnreadable;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0) {
+          const SpareDescriptors::Lent lent(spares_);  // this fd may have been the last one
+          found = loopback_peer_uid(addr, local, &owner, &error);
+        }
+        if (found == Owner::kUnreadable) {
+          // Not knowing whose process it is, the server does not let it in (a kolo client
+          // whose connection is closed before its hello connects again).
+          refused_->fetch_add(1);
+          if (refusal_log_.allow(name_, "refused connections")) {
+            KOLO_LOG(kWarning, "store")
+                << name_ << ": refused " << peer << ": cannot tell which user's process it is ("
+                << error << "); a server without a job secret accepts only its own user's "
+                << "processes (set KOLO_RENDEZVOUS_SECRET to admit others)";
+          }
+          ::close(fd);
+          continue;
+        }
+        if (found == Owner::kFound && owner != ::geteuid()) {
           refused_->fetch_add(1);
           if (refusal_log_.allow(name_, "refused connections")) {
             KOLO_LOG(kWarning, "store")
@@ -620,6 +690,7 @@ class TcpStoreServer::Loop {
   std::map<std::string, std::string> values_;
   std::optional<Deadline> accept_paused_until_;  // accept() failed for want of descriptors
   LogLimiter accept_log_, refusal_log_;
+  SpareDescriptors spares_;
 };
 
 Status TcpStoreServer::start(const TcpStoreServerOptions& options,
