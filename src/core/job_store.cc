@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,21 @@ constexpr const char* kAllArrived = "ok";
 // arrived, and it is written only after the failure was decided.
 constexpr const char* kWakeValue = "(start-up failed)";
 
+// Which job the store's first task came from (LaunchEnv::job_identity), as kept under
+// kJobKey: the identity itself, or for a very large cluster its first part and a hash of
+// the whole (FNV-1a, 64 bits).
+constexpr const char* kJobKey = "start/job";
+constexpr std::size_t kIdentityShown = 2000;
+std::string identity_value(const std::string& identity) {
+  if (identity.size() <= kIdentityShown) return identity;
+  std::uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : identity) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return identity.substr(0, kIdentityShown) + "... (" + std::to_string(identity.size()) +
+         " bytes, hash " + hex + ")";
+}
+
 // The outcome as task `me` reports it: OK, or the decider's reason (naming the decider
 // when it was another task).
 Status outcome_status(const std::string& outcome, const std::string& me) {
@@ -161,6 +178,9 @@ Status open_job_store(const LaunchEnv& launch, const Config& config, JobStore* o
     server.host = launch.store_bind;
     server.port = launch.store_port;
     server.secret = launch.secret;
+    // The store says which job it serves before any task can reach it, so a foreign
+    // task that connects before this one's client is told at once (join_job).
+    if (!launch.job_identity.empty()) server.initial[kJobKey] = identity_value(launch.job_identity);
     const Status s = rendezvous::TcpStoreServer::start(server, &job.server);
     if (!s.ok()) {
       std::string why = "start-up: " + me + " hosts the job's store on port " +
@@ -222,10 +242,24 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
     return found && outcome != kAllArrived ? outcome_status(outcome, me) : Status::OK();
   };
 
+  std::string actual;
+  if (!launch.job_identity.empty()) {
+    // A task of another job that reaches this store (two jobs given one port) must not
+    // take a place in this one: the first task to arrive says which job the store serves.
+    const std::string mine = identity_value(launch.job_identity);
+    KOLO_RETURN_IF_ERROR(store.compare_set(kJobKey, "", mine, &actual));
+    if (actual != mine) {
+      return InvalidArgument(
+          "start-up: " + me + " reached the store at " + store_address(launch) + " (from " +
+          address_source(launch) + "), but that store serves another job, started with " + actual +
+          "; this task was started with " + mine +
+          ": two jobs are using one store address; give each job its own port" +
+          (launch.secret.empty() ? " (or each its own KOLO_RENDEZVOUS_SECRET)" : ""));
+    }
+  }
   KOLO_RETURN_IF_ERROR(failed_already());
   // Every task must agree on the size of the job: the first to arrive sets it.
   const std::string size = std::to_string(launch.size);
-  std::string actual;
   KOLO_RETURN_IF_ERROR(store.compare_set("start/size", "", size, &actual));
   if (actual != size) {
     return InvalidArgument("start-up: " + me + " was started for a job of " + size +

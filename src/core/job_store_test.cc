@@ -183,6 +183,31 @@ TEST(JobStoreTest, TfConfigChiefAndWorkersMeet) {
   EXPECT_EQ(o1.message, "rank 2 of 3");
 }
 
+// Two TF_CONFIG jobs without a secret given one store port: a task of the second job
+// that reaches the first job's store is refused, naming both clusters, and takes no place
+// in the first job, which then meets with its own worker (it merged silently before, and
+// both exited 0).
+TEST(JobStoreTest, ATaskOfAnotherJobOnTheSameStoreIsRefused) {
+  const int port = free_port();
+  const std::string chief = "\"chief\": [\"127.0.0.1:" + std::to_string(port) + "\"]";
+  const std::string mine = "{" + chief + ", \"worker\": [\"127.0.0.1:1\"]}";
+  const std::string other = "{" + chief + ", \"worker\": [\"127.0.0.1:2\"]}";
+  // The foreign worker starts first: it connects as soon as the chief listens.
+  Task foreign(tf_env(other, "worker", 0));
+  Task c(tf_env(mine, "chief", 0));
+  const Outcome of = foreign.finish();
+  EXPECT_EQ(of.code, ErrorCode::kInvalidArgument) << of.message;
+  EXPECT_CONTAINS(of.message,
+                  "worker 0 (127.0.0.1:2) reached the store at 127.0.0.1:" + std::to_string(port));
+  EXPECT_CONTAINS(of.message, "serves another job, started with TF_CONFIG cluster " + mine);
+  EXPECT_CONTAINS(of.message, "this task was started with TF_CONFIG cluster " + other);
+  EXPECT_CONTAINS(of.message, "give each job its own port");
+  Task w(tf_env(mine, "worker", 0));
+  const Outcome oc = c.finish(), ow = w.finish();
+  EXPECT_EQ(oc.message, "rank 0 of 2");
+  EXPECT_EQ(ow.message, "rank 1 of 2");
+}
+
 // TensorFlow would wait forever; kolo ends start-up at KOLO_START_TIMEOUT_SECONDS (2 s
 // here) on every task that came, naming the one that did not by its TF_CONFIG name.
 TEST(JobStoreTest, MissingWorkerEndsStartUpInTheBoundNamingIt) {

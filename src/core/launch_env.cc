@@ -151,6 +151,10 @@ Status detect_torch(const Env& env, LaunchEnv* e) {
   }
   e->launcher = "torch";
   e->size_source = "WORLD_SIZE=" + value(env, "WORLD_SIZE");
+  // torchrun's run id: one per job, the same in every rank.
+  if (has(env, "TORCHELASTIC_RUN_ID")) {
+    e->job_identity = "TORCHELASTIC_RUN_ID=" + value(env, "TORCHELASTIC_RUN_ID");
+  }
   e->local_rank = 0;
   e->local_size = e->size;
   if (has(env, "LOCAL_RANK")) KOLO_RETURN_IF_ERROR(torch_int(env, "LOCAL_RANK", 0, &e->local_rank));
@@ -216,8 +220,17 @@ Status detect_tf_config(const Env& env, LaunchEnv* e, bool* matched) {
   e->cluster = tf.cluster;
   std::vector<std::string> hosts;
   std::vector<int> ports;
+  e->job_identity = "TF_CONFIG cluster {";
   for (const char* type : {"chief", "worker"}) {
     const std::vector<std::string>& tasks = *tf.cluster.job(type);
+    if (!tasks.empty()) {
+      e->job_identity +=
+          std::string(e->job_identity.back() == '{' ? "" : ", ") + "\"" + type + "\": [";
+      for (std::size_t i = 0; i < tasks.size(); ++i) {
+        e->job_identity += (i ? ", \"" : "\"") + tasks[i] + "\"";
+      }
+      e->job_identity += "]";
+    }
     for (std::size_t i = 0; i < tasks.size(); ++i) {
       e->rank_names.push_back(std::string(type) + " " + std::to_string(i) + " (" + tasks[i] + ")");
       hosts.emplace_back();
@@ -225,6 +238,7 @@ Status detect_tf_config(const Env& env, LaunchEnv* e, bool* matched) {
       parse_host_port(tasks[i], &hosts.back(), &ports.back());  // parse_tf_config checked it
     }
   }
+  e->job_identity += "}";
   e->size = static_cast<int>(hosts.size());
   e->size_source = "TF_CONFIG's " + std::to_string(e->size) + " chief and worker tasks";
   e->rank = tf.task_type == "chief" ? tf.task_index
@@ -271,6 +285,10 @@ Status detect(const Env& env, const Config& config, LaunchEnv* e) {
       KOLO_RETURN_IF_ERROR(master_addr(env, &host, &port, &found));
     }
     if (found) set_store(host, port, e->rank == 0, e);
+    if (has(env, "SLURM_JOB_ID")) {
+      e->job_identity = "SLURM_JOB_ID=" + value(env, "SLURM_JOB_ID") +
+                        " SLURM_STEP_ID=" + value(env, "SLURM_STEP_ID");
+    }
     return Status::OK();
   }
   *e = LaunchEnv{};

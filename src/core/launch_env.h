@@ -47,6 +47,13 @@ struct LaunchEnv {
   std::string store_bind;
   std::string secret;
 
+  // What every task of this job shares and another job's tasks reaching the same store
+  // address would not, for start-up's foreign-job check (job_store.h): "TF_CONFIG cluster
+  // {...}" (its chief and worker addresses), "TORCHELASTIC_RUN_ID=...", or
+  // "SLURM_JOB_ID=... SLURM_STEP_ID=..."; "" when the launcher gives nothing of the kind
+  // (kolorun: its store has a secret of its own for each job).
+  std::string job_identity;
+
   // TF_CONFIG only: this task's type ("chief" or "worker") and index, and the cluster.
   std::string task_type;
   int task_index = 0;

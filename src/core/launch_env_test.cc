@@ -202,6 +202,11 @@ TEST(LaunchEnvTest, TfConfigChiefIsRankZeroAndHostsTheStore) {
   EXPECT_EQ(w.store_owner(), "chief 0 (hostc:2222)");
   const LaunchEnv w0 = detect_launch_env(tf(kChiefAndWorkers, "worker", 0));
   EXPECT_EQ(w0.rank, 1);
+  // Every task of the cluster names the same job; start-up refuses a task of another.
+  EXPECT_EQ(c.job_identity,
+            "TF_CONFIG cluster {\"chief\": [\"hostc:2222\"], \"worker\": [\"hosta:2222\", "
+            "\"hostb:2222\", \"hosta:2223\"]}");
+  EXPECT_EQ(w.job_identity, c.job_identity);
 }
 
 TEST(LaunchEnvTest, TfConfigKeepsTheSecret) {
@@ -287,6 +292,10 @@ TEST(LaunchEnvTest, TorchStyle) {
   EXPECT_EQ(e.store_host, "node0");
   EXPECT_EQ(e.store_port, 29500);
   EXPECT_EQ(e.rank_name(0), "rank 0");
+  EXPECT_EQ(e.job_identity, "TORCHELASTIC_RUN_ID=x");  // torchrun's id of the job
+  Env no_id = kTorch;
+  no_id.erase("TORCHELASTIC_RUN_ID");
+  EXPECT_EQ(detect_launch_env(no_id).job_identity, "");  // nothing tells two jobs apart
 
   Env env = kTorch;
   env["RANK"] = "0";
@@ -358,6 +367,13 @@ TEST(LaunchEnvTest, SlurmWithAStoreAddressIsAStoreJob) {
   EXPECT_FALSE(a.hosts_store);
   EXPECT_EQ(a.store_host, "n0");
   EXPECT_EQ(a.store_port, 29400);
+  EXPECT_EQ(a.job_identity, "");
+  EXPECT_EQ(detect_launch_env(merge({kSlurm,
+                                     {{"KOLO_RENDEZVOUS_ADDR", "n0:29400"},
+                                      {"SLURM_JOB_ID", "41"},
+                                      {"SLURM_STEP_ID", "2"}}}))
+                .job_identity,
+            "SLURM_JOB_ID=41 SLURM_STEP_ID=2");
 
   const Env master = {{"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}};
   const LaunchEnv m = detect_launch_env(merge({kSlurm, master}));

@@ -244,7 +244,8 @@ struct Connection {
 class TcpStoreServer::Loop {
  public:
   Loop(int listen_fd, int wake_fd, std::string name, std::string secret, double hello_timeout_s,
-       const std::atomic<bool>* stopping, std::atomic<int>* refused, std::atomic<int>* waiting)
+       std::map<std::string, std::string> initial, const std::atomic<bool>* stopping,
+       std::atomic<int>* refused, std::atomic<int>* waiting)
       : hello_timeout_(seconds_duration(hello_timeout_s)),
         listen_fd_(listen_fd),
         wake_fd_(wake_fd),
@@ -252,7 +253,8 @@ class TcpStoreServer::Loop {
         secret_(std::move(secret)),
         stopping_(stopping),
         refused_(refused),
-        waiting_(waiting) {}
+        waiting_(waiting),
+        values_(std::move(initial)) {}
 
   ~Loop() {
     for (auto& c : conns_) ::close(c.fd);
@@ -753,7 +755,8 @@ Status TcpStoreServer::start(const TcpStoreServerOptions& options,
                                    "KOLO_RENDEZVOUS_SECRET (kolorun sets one)";
   }
   server->loop_ = std::make_unique<Loop>(fd, wake, name, options.secret, options.hello_timeout_s,
-                                         &server->stopping_, &server->refused_, &server->waiting_);
+                                         options.initial, &server->stopping_, &server->refused_,
+                                         &server->waiting_);
   server->thread_ = std::thread([loop = server->loop_.get()] { loop->run(); });
   *out = std::move(server);
   return Status::OK();

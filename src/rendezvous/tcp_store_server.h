@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,6 +40,9 @@ struct TcpStoreServerOptions {
   // most kMaxStrangers connections may wait for their hello at once (past that, a new one
   // closes the oldest of them). Default 10 s.
   double hello_timeout_s = 10;
+  // Keys the store holds from the start, before any client can connect (start-up's record
+  // of which job the store serves: job_store.cc).
+  std::map<std::string, std::string> initial;
 };
 
 class TcpStoreServer {
