@@ -8,9 +8,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "launcher_test_util.h"
 #include "run_kolorun.h"
@@ -110,6 +113,81 @@ TEST(OwnLauncher, LongLinesFromFourWorkersNeverSplice) {
   }
   EXPECT_EQ(bad, 0);
   for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(per_rank[rank], kLines) << "rank " << rank;
+}
+
+// The resident memory (kB) of `pid` and all its descendants, from /proc.
+long tree_rss_kb(pid_t pid) {
+  long kb = 0;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) kb = std::atol(line.c_str() + 6);
+  }
+  std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                         "/children");
+  for (pid_t child = 0; children >> child;) kb += tree_rss_kb(child);
+  return kb;
+}
+
+// Issue 36: output nobody reads (kolorun's stdout a pipe whose reader stalls) must not
+// pile up in memory. Under kolorun's own launcher a full stdout stops kolorun's reading,
+// and the workers wait in their writes, as they would on a slow terminal; once the reader
+// goes on, every line arrives, in order. (Under --mpi, mpirun's own forwarding buffers
+// without bound: docs/launcher.md.)
+TEST(OwnLauncher, UnreadOutputWaitsInTheWorkersNotInMemoryAndNothingIsLost) {
+  constexpr int kLines = 1500000;  // about 10 MB from each worker
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    ::setpgid(0, 0);
+    const std::string seq = "seq 1 " + std::to_string(kLines);
+    ::execl(KOLORUN_PATH, KOLORUN_PATH, "-np", "2", "sh", "-c", seq.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  // Nobody reads: after a second (the job started, the pipes full), two more seconds of
+  // workers trying to write (mpirun's forwarding grew by 1.3 GB in that time).
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const long before = tree_rss_kb(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const long stalled = tree_rss_kb(pid);
+  // Then everything is read: both workers' lines, whole and in order.
+  std::string text;
+  char buf[1 << 16];
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < by) {
+    pollfd p{out[0], POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    const ssize_t n = ::read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  int status = -1;
+  if (std::chrono::steady_clock::now() >= by) ::kill(-pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_LT(stalled - before, 8 * 1024) << "kolorun and its workers grew from " << before
+                                        << " kB to " << stalled << " kB while unread";
+  int next[2] = {1, 1};
+  std::size_t bad = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const int rank = line.rfind("[0] ", 0) == 0 ? 0 : line.rfind("[1] ", 0) == 0 ? 1 : -1;
+    if (rank >= 0 && line.substr(4) == std::to_string(next[rank])) {
+      ++next[rank];
+    } else if (++bad < 3) {
+      ADD_FAILURE() << "unexpected line: " << line.substr(0, 80);
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(next[0] - 1, kLines);
+  EXPECT_EQ(next[1] - 1, kLines);
 }
 
 TEST(OwnLauncher, EveryWorkerGetsItsVariables) {
