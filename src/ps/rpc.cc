@@ -41,6 +41,8 @@ constexpr const char* kZapDomain = "kolo";
 constexpr std::int64_t kMaxDeadlineMs = std::int64_t{7} * 24 * 3600 * 1000;
 // How long stop() waits for running handlers before leaving them behind.
 constexpr auto kStopWait = std::chrono::seconds(10);
+// How long the router may take at close to send the last replies.
+constexpr int kCloseLingerMs = 200;
 
 bool is_loopback(const std::string& address) {
   in_addr a4{};
@@ -99,6 +101,7 @@ struct RpcServer::Impl {
     std::deque<Task> tasks;
     int threads = 0, idle = 0, running = 0;
     bool stopping = false;
+    bool closing = false;  // stop() began: requests that arrive now are not run
     std::vector<std::thread> workers;
     // Replies go to the I/O thread through this socket (used under reply_mu).
     std::mutex reply_mu;
@@ -250,6 +253,7 @@ void RpcServer::Impl::on_request(std::vector<zmq::message_t>& frames) {
 
 void RpcServer::Impl::dispatch(Task task) {
   std::lock_guard<std::mutex> lock(pool->mu);
+  if (pool->closing) return;  // the caller's deadline answers it: this server is going away
   pool->tasks.push_back(std::move(task));
   // One thread per queued request that no idle thread will take (a burst of requests
   // arrives before the first thread wakes).
@@ -334,6 +338,15 @@ void RpcServer::Impl::io_loop() {
         }
       }
     }
+    // stop(): the replies the handlers handed over before they all finished go out (the
+    // router lingers to send them), so a caller whose request ran is answered: a "stop"
+    // whose reply was dropped here once held the chief's exit for its 3 s bound.
+    std::vector<zmq::message_t> frames;
+    while (
+        zmq::recv_multipart(*reply_pull, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+      zmq::send_multipart(*router, frames, zmq::send_flags::dontwait);
+      frames.clear();
+    }
   } catch (const zmq::error_t& e) {
     if (!stopping.load()) {
       KOLO_LOG(kError, "ps") << options.name << ": I/O thread: " << e.what();
@@ -364,7 +377,8 @@ Status RpcServer::start() {
     d.pool->reply_push->set(zmq::sockopt::sndtimeo, rpc_detail::kHandOverMs);
     d.pool->reply_push->connect("inproc://kolo-ps-replies");
     d.router = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::router);
-    d.router->set(zmq::sockopt::linger, 0);
+    // The last replies (stop()'s drain) get this long to leave at close.
+    d.router->set(zmq::sockopt::linger, kCloseLingerMs);
     d.router->set(zmq::sockopt::plain_server, 1);
     d.router->set(zmq::sockopt::zap_domain, kZapDomain);
     d.router->set(zmq::sockopt::handshake_ivl, kHandshakeMs);
@@ -406,13 +420,12 @@ void RpcServer::stop() {
   Impl& d = *impl_;
   if (!d.started || d.stopped) return;
   d.stopped = true;
-  d.stopping.store(true);
-  if (d.io_thread.joinable()) d.io_thread.join();
-  if (d.zap_thread.joinable()) d.zap_thread.join();
   std::vector<std::thread> workers;
   {
     std::unique_lock<std::mutex> lock(d.pool->mu);
-    // Running handlers finish (their waits have deadlines); queued ones are dropped.
+    // Running handlers finish (their waits have deadlines) while the I/O thread still
+    // sends their replies; queued ones and new arrivals are dropped.
+    d.pool->closing = true;
     d.pool->tasks.clear();
     if (!d.pool->cv.wait_for(lock, kStopWait, [&] { return d.pool->running == 0; })) {
       KOLO_LOG(kError, "ps") << d.options.name << ": " << d.pool->running
@@ -420,6 +433,12 @@ void RpcServer::stop() {
                              << std::chrono::duration<double>(kStopWait).count()
                              << " s; leaving them behind";
     }
+  }
+  d.stopping.store(true);
+  if (d.io_thread.joinable()) d.io_thread.join();  // after its last replies (io_loop)
+  if (d.zap_thread.joinable()) d.zap_thread.join();
+  {
+    std::lock_guard<std::mutex> lock(d.pool->mu);
     d.pool->stopping = true;
     d.pool->cv.notify_all();
     workers.swap(d.pool->workers);

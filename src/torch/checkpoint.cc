@@ -6,8 +6,9 @@
 // serializes it (a zip file). The whole file is read and checked before libtorch sees a
 // byte, so flipped or missing bytes are reported as such, naming the file, instead of
 // loading wrong weights or failing deep inside libtorch's zip reader.
-// Writing: the bytes go to `path + ".tmp"`, are flushed to disk (fsync) and renamed over
-// `path`. Not for: which rank writes, or what the archive holds (the caller decides).
+// Writing: common/durable_file.h (the bytes go to `path + ".tmp"`, are flushed to disk
+// and renamed over `path`). Not for: which rank writes, or what the archive holds (the caller
+// decides).
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -22,6 +23,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/durable_file.h"
 #include "kolo/torch.h"
 
 namespace kolo {
@@ -67,7 +69,7 @@ std::string hex(std::uint32_t v) {
   return buf;
 }
 
-std::string temp_path(const std::string& path) { return path + ".tmp"; }
+std::string temp_path(const std::string& path) { return durable_temp_path(path); }
 
 // Opens the temp file of `path` for writing (created or truncated); throws naming both.
 int open_temp(const std::string& path) {
@@ -145,35 +147,12 @@ void save_archive(torch::serialize::OutputArchive& archive, const std::string& p
   put_le(header, crc32_of(payload), 4);
   put_le(header, payload.size(), 8);
 
-  const std::string tmp = temp_path(path);
-  const int fd = open_temp(path);
-  std::string error;
-  const auto write_all = [&](const std::string& part) {
-    for (std::size_t done = 0; error.empty() && done < part.size();) {
-      const ssize_t n = ::write(fd, part.data() + done, part.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) error = "writing " + tmp + " failed: " + errno_text();
-      done += n > 0 ? static_cast<std::size_t>(n) : 0;
-    }
-  };
-  write_all(header);
-  write_all(payload);
-  // The data must be on disk before the rename makes it the checkpoint.
-  if (error.empty() && ::fsync(fd) != 0) error = "flushing " + tmp + " failed: " + errno_text();
-  if (::close(fd) != 0 && error.empty()) error = "closing " + tmp + " failed: " + errno_text();
-  if (error.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = "renaming " + tmp + " to it failed: " + errno_text();
-  }
-  if (!error.empty()) {
-    std::remove(tmp.c_str());
-    fail(path, "not written (the previous checkpoint, if any, is unchanged): " + error);
-  }
-  // Make the rename itself durable; a failure here leaves a complete file either way.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
+  const Status written = write_file_durably(path, {header, payload});
+  if (!written.ok()) {
+    fail(path,
+         written.code() == ErrorCode::kInvalidArgument
+             ? "cannot be written: " + written.message()
+             : "not written (the previous checkpoint, if any, is unchanged): " + written.message());
   }
 }
 

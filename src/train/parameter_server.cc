@@ -279,14 +279,20 @@ void ParameterServerStrategy::PsImpl::heartbeat_loop() {
   };
   for (std::size_t i = 0; i < c.worker.size(); ++i) add(c.worker[i], task_name("worker", int(i)));
   for (std::size_t i = 0; i < c.ps.size(); ++i) add(c.ps[i], task_name("ps", int(i)));
+  std::vector<bool> answered(clients.size(), false), silent(clients.size(), false);
   std::unique_lock<std::mutex> lock(heartbeat_mu);
+  went_silent.assign(clients.size(), false);
   while (!heartbeat_stop) {
     lock.unlock();
-    for (auto& client : clients) {
+    for (std::size_t i = 0; i < clients.size(); ++i) {
       ps::Message req{"chief.heartbeat", {}, {}}, reply;
-      (void)client->call(req, &reply, deadline_after(0.5));  // a task not up yet is fine
+      // A task not up yet is fine; one that answered before and does not now went silent.
+      const bool ok = clients[i]->call(req, &reply, deadline_after(0.5)).ok();
+      silent[i] = answered[i] && !ok;
+      answered[i] = answered[i] || ok;
     }
     lock.lock();
+    went_silent = silent;
     heartbeat_cv.wait_for(lock, std::chrono::seconds(1), [&] { return heartbeat_stop; });
   }
 }
@@ -350,9 +356,19 @@ void ParameterServerStrategy::PsImpl::stop_tasks(Deadline d) {
   for (std::size_t i = 0; i < c.ps.size(); ++i) {
     tasks.emplace_back(connect_endpoint(c.ps[i]), task_name("ps", static_cast<int>(i)));
   }
+  std::vector<bool> silent;
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mu);
+    silent = went_silent;
+  }
+  silent.resize(tasks.size(), false);
   std::vector<std::thread> stops;
-  for (const auto& t : tasks) {
-    stops.emplace_back([this, t, d] {
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    // A task that stopped answering heartbeats (a ps task killed before the job ended) is
+    // given a moment, not the whole bound: it held the chief's exit for 3 s.
+    const Deadline brief = deadline_after(0.2);
+    const Deadline until = silent[i] && brief < d ? brief : d;
+    stops.emplace_back([this, t = tasks[i], d = until] {
       ps::RpcClientOptions o;
       o.endpoint = t.first;
       o.secret = secret;

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <mutex>
 
+#include "common/durable_file.h"
 #include "kolo/error.h"
 #include "train/ps_impl.h"
 #include "train/strategy_impl.h"
@@ -74,15 +75,13 @@ void ParameterServerStrategy::save_checkpoint(const std::string& path) const {
       put(out, slot.second);
     }
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(out.data(), static_cast<std::streamsize>(out.size()));
-    if (!f) throw Error(ErrorCode::kInvalidArgument, "save_checkpoint: cannot write '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "save_checkpoint: cannot rename '" + tmp + "' to '" + path + "'");
+  // Whole or not at all: a full disk leaves the previous checkpoint and no temporary.
+  const Status written = write_file_durably(path, {out});
+  if (!written.ok()) {
+    throw Error(written.code(), "save_checkpoint: '" + path +
+                                    "' not written (the previous checkpoint, if any, is "
+                                    "unchanged): " +
+                                    written.message());
   }
 }
 

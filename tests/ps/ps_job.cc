@@ -13,10 +13,12 @@
 //   ps_job restore DIR       a new job restores DIR's checkpoint: the same parameters
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -333,6 +335,30 @@ int run_checkpoint(const std::string& dir, bool restore) {
     return 0;
   }
   ClusterCoordinator coordinator(strategy);
+  {
+    // A full disk (the temporary is /dev/full, where writes fail with ENOSPC): the save
+    // fails saying so, the previous checkpoint stays as it was, no temporary is left.
+    const auto bytes = [](const std::string& path) {
+      std::ifstream in(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    strategy.save_checkpoint(ckpt);
+    const std::string before = bytes(ckpt);
+    if (::symlink("/dev/full", (ckpt + ".tmp").c_str()) != 0) return fail("cannot link /dev/full");
+    try {
+      strategy.save_checkpoint(ckpt);
+      return fail("a save to a full disk succeeded");
+    } catch (const kolo::Error& e) {
+      if (std::string(e.what()).find("No space left on device") == std::string::npos) {
+        return fail(std::string("a full disk's error does not say so: ") + e.what());
+      }
+    }
+    if (::access((ckpt + ".tmp").c_str(), F_OK) == 0 || errno != ENOENT) {
+      return fail("a failed save left its temporary file");
+    }
+    if (bytes(ckpt) != before) return fail("a failed save changed the previous checkpoint");
+    std::cout << "full disk: refused, the previous checkpoint kept" << std::endl;
+  }
   try {
     for (int round = 0; round < 100000; ++round) {
       for (int i = 0; i < 10; ++i) coordinator.schedule("train");
