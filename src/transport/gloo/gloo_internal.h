@@ -135,8 +135,12 @@ class GlooCommunicator final : public Communicator {
   // Polls the interrupt (if any).
   bool poll_interrupt(std::string* why);
   // Members whose process is gone or whose exit the launcher announced, as a sentence
-  // ("" when none). With `wait`, waits up to 2 s for a launcher notice (launcher_notices).
+  // ("" when none). With `wait`, waits up to 2 s for a launcher notice (launcher_notices);
+  // a member seen gone here gets up to 0.5 s for its notice, which says why it went.
   std::string gone_peers(bool wait);
+  // The launcher's exit notices of members other than this rank (past exits_at_start),
+  // "; "-joined ("" when none); sets (*noticed)[member] for each one found.
+  std::string member_notices(std::vector<bool>* noticed);
   // The launcher's exit notices of members (past exits_at_start), as a sentence ("" when
   // none): what gone_peers reports from the store, without waiting and without the peers'
   // pids (known only once connected). Watches connect()'s rendezvous.

@@ -23,10 +23,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "transport/gloo/gloo_internal.h"
+
+#include <algorithm>
 
 namespace kolo::transport::gloo_impl {
 
@@ -111,7 +114,7 @@ bool GlooCommunicator::confirm_tick() {
   return true;
 }
 
-std::string GlooCommunicator::launcher_exits() {
+std::string GlooCommunicator::member_notices(std::vector<bool>* noticed) {
   const World& w = *world_;
   std::string v;
   bool found = false;
@@ -120,8 +123,8 @@ std::string GlooCommunicator::launcher_exits() {
     return "";
   }
   std::string notices;
-  for (std::size_t m = 0; m < members_.size(); ++m) {
-    if (members_[m] == w.options.rank) continue;
+  for (int m = 0; m < size(); ++m) {
+    if (m == rank()) continue;
     std::string sentence;
     bool there = false;
     if (w.store
@@ -130,8 +133,14 @@ std::string GlooCommunicator::launcher_exits() {
             .ok() &&
         there) {
       notices += (notices.empty() ? "" : "; ") + sentence;
+      if (noticed != nullptr) (*noticed)[static_cast<std::size_t>(m)] = true;
     }
   }
+  return notices;
+}
+
+std::string GlooCommunicator::launcher_exits() {
+  const std::string notices = member_notices(nullptr);
   return notices.empty() ? "" : "the launcher reports: " + notices;
 }
 
@@ -150,29 +159,20 @@ std::string GlooCommunicator::gone_peers(bool wait) {
   std::string notices;
   std::vector<bool> noticed(static_cast<std::size_t>(size()), false);
   if (w.options.launcher_notices) {
-    const Deadline until =
-        Clock::now() + (wait && gone.empty() ? milliseconds(2000) : milliseconds(0));
+    // A peer whose process is seen gone here is posted by the launcher within
+    // milliseconds, and its notice says why (a signal, an exit status): it is waited for
+    // briefly (a rank that looked first named only "is gone", beside the others' signal).
+    const auto patience = !gone.empty() ? milliseconds(500)
+                          : wait        ? milliseconds(2000)
+                                        : milliseconds(0);
+    const Deadline until = Clock::now() + patience;
     for (;;) {
-      std::string v;
-      bool found = false;
-      if (w.store->try_get(w.options.launcher_prefix + "/exits", &v, &found).ok() && found &&
-          std::atoll(v.c_str()) > w.exits_at_start) {
-        for (int m = 0; m < size(); ++m) {
-          std::string sentence;
-          bool there = false;
-          if (m != rank() &&
-              w.store
-                  ->try_get(w.options.launcher_prefix + "/exit/" + std::to_string(members_[m]),
-                            &sentence, &there)
-                  .ok() &&
-              there) {
-            notices += (notices.empty() ? "" : "; ") + sentence;
-            noticed[static_cast<std::size_t>(m)] = true;
-          }
-        }
-      }
-      if (!notices.empty() || Clock::now() >= until) break;
-      std::this_thread::sleep_for(milliseconds(50));
+      std::fill(noticed.begin(), noticed.end(), false);
+      notices = member_notices(&noticed);
+      const bool all_noticed = std::all_of(
+          gone.begin(), gone.end(), [&](int m) { return noticed[static_cast<std::size_t>(m)]; });
+      if ((gone.empty() ? !notices.empty() : all_noticed) || Clock::now() >= until) break;
+      std::this_thread::sleep_for(milliseconds(gone.empty() ? 50 : 10));
     }
   }
   // Every departure this rank knows of: the launcher may not have posted the first one to
