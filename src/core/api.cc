@@ -17,6 +17,7 @@
 #include "core/runtime.h"
 #include "kolo/kolo.h"
 #include "rendezvous/elastic_keys.h"
+#include "rendezvous/launcher_keys.h"
 #include "rendezvous/prefix_store.h"
 #include "transport/table.h"
 
@@ -174,6 +175,18 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
         return transport::create_communicator(*t, context, out);
       };
   auto runtime = std::make_shared<core::Runtime>(config, factory);
+  if (launch.launcher == "kolorun" && meets && !config.elastic) {
+    // kolorun chooses which worker ended the job; a rank whose operations fail because
+    // others left says so, so that its own exit is not taken for the cause (it exits
+    // first, while the rank that left is still ending).
+    std::shared_ptr<rendezvous::Store> store = g_job->store;
+    const int rank = launch.rank;
+    runtime->set_end_observer([store, rank](const std::vector<int>& left) {
+      std::string ranks;
+      for (int r : left) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      (void)store->set(rendezvous::launcher_keys::after_key(rank), ranks);
+    });
+  }
   Status s = runtime->start();
   if (!s.ok()) {
     runtime->shutdown();

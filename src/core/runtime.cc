@@ -796,6 +796,13 @@ void Runtime::stop(Loop& loop) {
                                 << " fast, " << slow_cycles_ << " slow; " << caller_cycles_.load()
                                 << " run by waiting callers)";
   }
+  if (end_observer_) {
+    std::vector<int> left;
+    for (int r : loop.exited_ranks) {
+      if (r != topology_.rank) left.push_back(r);
+    }
+    if (!left.empty()) end_observer_(left);
+  }
   // In an elastic job a worker that is gone (failed, or its program ended without
   // kolo::shutdown()) ends this generation, not the job: kolo::elastic::run goes on.
   Status end = elastic_view(loop.fatal);

@@ -55,6 +55,13 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
+  // Called on the background thread when the runtime stops because other ranks left
+  // (their programs ended without kolo::shutdown(): `left`, job ranks, never this one),
+  // before the pending operations fail. kolo::init() uses it to tell kolorun which ranks
+  // this rank's end follows from (its choice of the job's cause). Set before start().
+  using EndObserver = std::function<void(const std::vector<int>& left)>;
+  void set_end_observer(EndObserver observer) { end_observer_ = std::move(observer); }
+
   // Starts the background thread and waits (bounded) until the transport is up.
   Status start();
   // Asks every rank to stop; pending operations fail with kShutdown, naming the ranks
@@ -164,6 +171,7 @@ class Runtime {
 
   const Config config_;
   CommunicatorFactory factory_;
+  EndObserver end_observer_;
   // Written by the background thread before start() returns; constant afterwards.
   transport::Topology topology_;
   // Used by the thread that runs a cycle (under the CycleGate once the loop runs).

@@ -28,6 +28,26 @@ std::optional<WorkerExit> choose_cause(const std::vector<WorkerExit>& in_arrival
   return *best;
 }
 
+std::vector<WorkerExit> without_consequences(const std::vector<WorkerExit>& candidates,
+                                             const std::map<int, std::vector<int>>& after) {
+  const auto failed = [&](int rank) {
+    for (const WorkerExit& e : candidates) {
+      if (e.rank == rank && cause_weight(e) > 0) return true;
+    }
+    return false;
+  };
+  std::vector<WorkerExit> kept;
+  for (const WorkerExit& e : candidates) {
+    const auto it = after.find(e.rank);
+    bool consequence = false;
+    if (it != after.end()) {
+      for (int r : it->second) consequence = consequence || (r != e.rank && failed(r));
+    }
+    if (!consequence) kept.push_back(e);
+  }
+  return kept.empty() ? candidates : kept;
+}
+
 void MpirunMessages::feed(std::string_view view) {
   const std::string line(view);
   if (line.find("the job has been aborted") != std::string::npos ||

@@ -10,6 +10,7 @@
 // format (events.h).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,14 @@ int cause_weight(const WorkerExit& e);
 // time_us where both are known (the shims stamp when they saw the program end, which
 // arrival order does not keep); then the earliest to arrive. nullopt if none weighs > 0.
 std::optional<WorkerExit> choose_cause(const std::vector<WorkerExit>& in_arrival_order);
+
+// The candidates without those whose kolo ended because other candidates left: `after`
+// maps a rank to the ranks whose leaving ended its operations (launcher_keys.h). A rank
+// whose program failed by itself (returned 1 from main) ends a moment after the ranks
+// waiting for it, which fail at once; by time alone they were taken for the cause. All
+// candidates when every one of them names another (nothing better is known).
+std::vector<WorkerExit> without_consequences(const std::vector<WorkerExit>& candidates,
+                                             const std::map<int, std::vector<int>>& after);
 
 // Reads mpirun's own lines (not the workers'), one at a time, for what OpenMPI 4.1 says
 // when it ends a job by itself: that it is aborting, and which process made it.

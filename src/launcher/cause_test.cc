@@ -46,6 +46,27 @@ TEST(Cause, AmongEqualsTheEarliestByTimeThenByArrival) {
   EXPECT_EQ(choose_cause({killed(4, 9, 50), killed(5, 6, 60)})->rank, 4);
 }
 
+// Issue 36: rank 2's program failed by itself (exit 1) and the ranks waiting for it in a
+// collective failed at once, exiting before it: their kolo said they ended because rank 2
+// left, so rank 2 is the cause although its exit came last.
+TEST(Cause, RanksThatEndedBecauseAFailedRankLeftAreNotItsCause) {
+  const std::vector<WorkerExit> exits = {exited(0, 1, 100), exited(1, 1, 110), exited(2, 1, 300)};
+  EXPECT_EQ(choose_cause(exits)->rank, 0);  // by time alone
+  const std::map<int, std::vector<int>> after = {{0, {2}}, {1, {2}}};
+  EXPECT_EQ(choose_cause(without_consequences(exits, after))->rank, 2);
+  // A rank named that did not fail (it ended cleanly, so it is no candidate) changes
+  // nothing, and neither does naming oneself.
+  EXPECT_EQ(without_consequences({exited(0, 1, 100)}, {{0, {1}}}).size(), 1u);
+  EXPECT_EQ(without_consequences({exited(0, 1, 100), exited(1, 1, 50)}, {{1, {1}}}).size(), 2u);
+  // Each naming the other: nothing better is known, all stay.
+  EXPECT_EQ(
+      without_consequences({exited(0, 1, 100), exited(1, 1, 50)}, {{0, {1}}, {1, {0}}}).size(), 2u);
+  // A signal still outweighs: the killed rank stays the cause.
+  EXPECT_EQ(
+      choose_cause(without_consequences({exited(0, 1, 100), killed(1, 9, 200)}, {{0, {2}}}))->rank,
+      1);
+}
+
 TEST(Cause, WorkersStoppedByTheJobAreNoCause) {
   WorkerExit stopped = killed(0, 15, 10);
   stopped.stop = Stop::kByJob;

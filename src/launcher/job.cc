@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -22,6 +24,7 @@
 #include "launcher/process.h"
 #include "launcher/ps_plan.h"
 #include "launcher/worker_process.h"
+#include "rendezvous/launcher_keys.h"
 
 namespace kolo::launcher {
 namespace {
@@ -80,6 +83,7 @@ class Job {
   std::vector<std::deque<std::string>> candidate_lines_;
   std::optional<Clock::time_point> cause_deadline_, grace_deadline_, kill_deadline_;
   bool cause_decided_ = false;
+  bool cause_extended_ = false;  // decide_cause() waited once for a rank still ending
   std::optional<WorkerExit> cause_;
   std::optional<WorkerExit> chief_exit_;  // a parameter-server job's status
   int user_signal_ = 0;
@@ -283,8 +287,37 @@ void Job::publish(const WorkerExit& e, const WorkerPlan& plan) {
 
 void Job::decide_cause() {
   if (cause_decided_) return;
+  // Which ranks each candidate's kolo says it waited for when they left (launcher_keys.h).
+  std::map<int, std::vector<int>> after;
+  bool waits_for_running = false;
+  for (const WorkerExit& e : candidates_) {
+    std::string v;
+    bool found = false;
+    if (o_.store == nullptr ||
+        !o_.store->try_get(rendezvous::launcher_keys::after_key(e.rank), &v, &found).ok() ||
+        !found) {
+      continue;
+    }
+    std::vector<int>& ranks = after[e.rank];
+    for (std::size_t at = 0; at < v.size();) {
+      const std::size_t comma = std::min(v.find(',', at), v.size());
+      const int r = std::atoi(v.substr(at, comma - at).c_str());
+      if (r >= 0 && r < static_cast<int>(workers_.size())) {
+        ranks.push_back(r);
+        waits_for_running = waits_for_running || !workers_[static_cast<size_t>(r)].exit;
+      }
+      at = comma + 1;
+    }
+  }
+  if (waits_for_running && !cause_extended_ && !all_ended() && !stopping_) {
+    // A rank the candidates' kolo names is still ending (its exit handlers, libtorch's
+    // teardown): its exit is likelier the cause, so the window is held open for it, once.
+    cause_extended_ = true;
+    cause_deadline_ = Clock::now() + kCauseWindow * 4;
+    return;
+  }
   cause_decided_ = true;
-  cause_ = choose_cause(candidates_);
+  cause_ = choose_cause(without_consequences(candidates_, after));
   if (!cause_) return;
   size_t at = 0;
   while (at < candidates_.size() && candidates_[at].rank != cause_->rank) ++at;

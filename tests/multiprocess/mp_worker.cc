@@ -236,10 +236,18 @@ void run_autotune(int rank, int n) {
   std::printf("autotune log: %d hierarchical samples, %d flat, settled\n", hierarchical, flat);
 }
 
-int run_die(int rank, int n) {
+int run_die(int rank, int n, bool error_exit = false) {
   std::vector<float> g(16, 1.0f);
   kolo::TensorView v{g.data(), DataType::kFloat32, {16}};
   kolo::allreduce(v, {.name = "warmup"});
+  if (rank == n - 1 && error_exit) {
+    // A program's own error, as a training loop that throws and returns 1 from main: the
+    // process ends normally (kolo shuts down at exit) with a non-zero status, while the
+    // others wait for it in a collective and fail with a peer failure.
+    std::fprintf(stderr, "rank %d: failing with an error of its own\n", rank);
+    std::fflush(stderr);
+    std::exit(1);
+  }
   if (rank == n - 1) {
     std::fprintf(stderr, "rank %d: killing myself\n", rank);
     std::fflush(stderr);
@@ -614,6 +622,8 @@ int main(int argc, char** argv) {
                   cpu / 3 * 100);
     } else if (mode == "die") {
       return run_die(rank, n);
+    } else if (mode == "error_exit") {
+      return run_die(rank, n, /*error_exit=*/true);
     } else if (mode == "autotune") {
       run_autotune(rank, n);
     } else {
