@@ -233,6 +233,23 @@ TEST(RegressionLossTest, MeanSquaredAndAbsoluteErrorOverTheLastAxis) {
   EXPECT_TRUE(gradient_finite(MeanAbsoluteError(), p, y));
 }
 
+// Keras's compile() takes labels [batch] with outputs [batch, n] as [batch, 1] and
+// broadcasts (TensorFlow's parameter-server tutorial: mse, Dense(10), y of shape [b]).
+TEST(RegressionLossTest, LabelsOfOneValueAnExampleBroadcastOverTheOutputs) {
+  const auto p = floats({1, 2, 3, 0, -1, 4}, {2, 3});
+  const auto y = floats({1, 2}, {2});
+  const auto wide = y.unsqueeze(-1).expand({2, 3});
+  expect_close(MeanSquaredError().per_example(p, y), MeanSquaredError().per_example(p, wide));
+  expect_close(MeanSquaredError().per_example(p, y), torch::tensor({5.0 / 3, 17.0 / 3}));
+  expect_close(MeanAbsoluteError().per_example(p, y), torch::tensor({3.0 / 3, 7.0 / 3}));
+  EXPECT_TRUE(gradient_finite(MeanSquaredError(), p, y));
+  // Not for other batch sizes: that is a mistake, named.
+  const auto wrong = error_of([] {
+    MeanSquaredError().per_example(torch::rand({4, 3}), torch::rand({3}));
+  });
+  EXPECT_NE(wrong.find("[4, 3]"), std::string::npos) << wrong;
+}
+
 TEST(LossTest, EmptyBatchesGiveEmptyValuesAndAZeroGradient) {
   const std::vector<std::pair<LossPtr, std::pair<torch::Tensor, torch::Tensor>>> cases = {
       {std::make_shared<SparseCategoricalCrossentropy>(), {torch::ones({0, 4}), longs({})}},

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "kolo/error.h"
 #include "kolo/train.h"
+#include "train/ps_batches.h"
 #include "train/ps_impl.h"
 
 namespace kolo::train {
@@ -129,4 +131,27 @@ TEST(StepTensorTest, RoundTripsAndRefusesDamagedBytes) {
 }
 
 }  // namespace
+// Issue 36: a step's batch was at most the worker's shard (3-4 examples where the
+// tutorial's repeat().batch(64) gives 64). Now every batch is full, across passes.
+TEST(WorkerBatchesTest, EveryBatchIsFullAndRepeatsTheShardAsRepeatBatchDoes) {
+  detail::WorkerBatches batches(/*examples=*/10, /*workers=*/2, /*worker=*/1, /*batch=*/64,
+                                /*shuffle=*/true, /*seed=*/7);
+  std::map<std::int64_t, int> seen;
+  for (int step = 0; step < 5; ++step) {
+    const torch::Tensor idx = batches.next();
+    ASSERT_EQ(idx.numel(), 64);
+    for (std::int64_t i = 0; i < idx.numel(); ++i) ++seen[idx[i].item<std::int64_t>()];
+  }
+  // Worker 1's shard is examples 1, 3, 5, 7, 9, each 64 times in 320 (64 passes of 5).
+  ASSERT_EQ(seen.size(), 5u);
+  for (const auto& [example, times] : seen) {
+    EXPECT_EQ(example % 2, 1) << example;
+    EXPECT_EQ(times, 64) << example;
+  }
+  // Without shuffling, batches continue the shard's order across the end of a pass.
+  detail::WorkerBatches plain(10, 2, 0, 4, false, 0);
+  EXPECT_TRUE(torch::equal(plain.next(), torch::tensor({0, 2, 4, 6}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(plain.next(), torch::tensor({8, 0, 2, 4}, torch::kLong)));
+}
+
 }  // namespace kolo::train

@@ -5,8 +5,8 @@
 // pushes the gradients; ps tasks serve their shards. Workers and ps tasks return an empty
 // History when the chief ends the job.
 //
-// Choices (docs/ps.md): worker w of W reads examples w, w + W, ... of the data, in a new
-// order each pass over its shard (seed + pass, its own); epoch logs are exact sums of what
+// Choices (docs/ps.md): worker w of W reads examples w, w + W, ... of the data, repeated
+// without end in full batches (ps_batches.h); epoch logs are exact sums of what
 // the steps of the epoch returned (loss and metric states), not running averages; only
 // epoch-level callback hooks are called (TF: batch hooks are not supported with this
 // strategy); verbose 1 prints as 2 (TF's 'auto' under this strategy).
@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "kolo/error.h"
 #include "train/model_impl.h"
+#include "train/ps_batches.h"
 #include "train/ps_impl.h"
 #include "train/strategy_impl.h"
 
@@ -28,56 +29,9 @@ namespace {
 
 constexpr char kStep[] = "kolo.fit.train_step";
 
-// A worker's endless stream of batches over its shard of the data.
-class WorkerBatches {
- public:
-  WorkerBatches(std::int64_t examples, int workers, int worker, std::int64_t batch, bool shuffle,
-                std::uint64_t seed)
-      : batch_(batch),
-        shuffle_(shuffle),
-        seed_(seed + static_cast<std::uint64_t>(worker) * 1000003u) {
-    for (std::int64_t i = worker; i < examples; i += workers) mine_.push_back(i);
-    if (mine_.empty()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "fit: worker " + std::to_string(worker) + " of " + std::to_string(workers) +
-                      " has no examples (the data has " + std::to_string(examples) + ")");
-    }
-    new_pass();
-  }
-  torch::Tensor next() {
-    std::vector<std::int64_t> idx;
-    idx.reserve(static_cast<std::size_t>(batch_));
-    while (static_cast<std::int64_t>(idx.size()) < batch_) {
-      if (at_ == order_.size()) {
-        if (!idx.empty()) break;  // a pass's last, partial batch
-        new_pass();
-      }
-      idx.push_back(order_[at_++]);
-    }
-    return torch::tensor(idx, torch::kLong);
-  }
-
- private:
-  void new_pass() {
-    order_ = mine_;
-    if (shuffle_) {
-      std::mt19937_64 rng(seed_ + pass_);
-      std::shuffle(order_.begin(), order_.end(), rng);
-    }
-    ++pass_;
-    at_ = 0;
-  }
-  std::vector<std::int64_t> mine_, order_;
-  std::size_t at_ = 0;
-  std::uint64_t pass_ = 0;
-  std::int64_t batch_;
-  bool shuffle_;
-  std::uint64_t seed_;
-};
-
 // One step on this worker: the state vector [loss sum, count, metrics...] of its batch.
 torch::Tensor worker_step(Model::Impl& m, ParameterServerStrategy::PsImpl& ps, const Dataset& data,
-                          WorkerBatches& batches) {
+                          detail::WorkerBatches& batches) {
   ps.pull({});
   torch::nn::Module& module = *m.replicas[0];
   const torch::Tensor idx = batches.next();
@@ -135,8 +89,8 @@ History fit_with_parameter_servers(Model& model, Model::Impl& m,
 
   if (type == "worker") {
     const int workers = static_cast<int>(ps.resolver.cluster_spec().worker.size());
-    auto batches = std::make_shared<WorkerBatches>(data.size(), workers, ps.resolver.task_id(),
-                                                   o.batch_size, o.shuffle, o.seed);
+    auto batches = std::make_shared<detail::WorkerBatches>(
+        data.size(), workers, ps.resolver.task_id(), o.batch_size, o.shuffle, o.seed);
     {
       std::lock_guard<std::mutex> lock(ps.mu);
       ps.steps[kStep] = [&m, &ps, data, batches](const torch::Tensor&) {

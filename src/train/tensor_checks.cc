@@ -42,6 +42,11 @@ Pair elementwise_pair(const std::string& who, const torch::Tensor& y_pred,
   torch::Tensor truth = y_true;
   if (truth.dim() == pred.dim() - 1 && pred.size(-1) == 1) {
     truth = truth.unsqueeze(-1);
+  } else if (truth.dim() == 1 && pred.dim() == 2 && truth.size(0) == pred.size(0)) {
+    // Keras's compile() rule (compile_utils.match_dtype_and_rank): labels [batch] with
+    // outputs [batch, n] are labels [batch, 1], which an element-wise loss or metric
+    // broadcasts over the n outputs (the parameter-server tutorial's mse on Dense(10)).
+    truth = truth.unsqueeze(-1).expand_as(pred);
   } else if (truth.dim() == pred.dim() + 1 && truth.size(-1) == 1) {
     truth = truth.squeeze(-1);
   }

@@ -11,10 +11,14 @@
 //   ps_job checkpoint DIR    trains, checkpointing every 10 steps, until a ps task dies: the
 //                            chief's error must name it (the test kills the ps)
 //   ps_job restore DIR       a new job restores DIR's checkpoint: the same parameters
+//   ps_job fit_loop          TensorFlow's tutorial as one program: Model::fit (Dense(10),
+//                            mse, 10 examples of y [b], batches of 64), then the chief runs
+//                            a coordinator loop of its own steps on the same workers
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -376,6 +380,53 @@ int run_checkpoint(const std::string& dir, bool restore) {
   return fail("training never stopped (was the ps task killed?)");
 }
 
+// --- fit_loop: fit, then a coordinator loop, in one job ----------------------------------
+
+int run_fit_loop() {
+  namespace kt = kolo::train;
+  ParameterServerStrategy strategy;
+  torch::manual_seed(3);
+  torch::nn::Linear net(10, 10);  // the tutorial's Dense(10)
+  kt::Model model(net, strategy);
+  model.compile(kt::SGD{.learning_rate = 0.01}, "mse");
+  // The tutorial's data: x [10, 10], y [10] (one value an example, broadcast over the 10
+  // outputs as Keras's compile does), read without end in batches of 64.
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::rand({10, 10}), y = torch::rand({10});
+  // The loop's own step, registered on every task before fit (a worker serves the steps
+  // registered when fit starts): one batch of the worker's data, its size returned.
+  strategy.register_step("custom", [&](const torch::Tensor&) {
+    strategy.pull(*net);
+    const torch::Tensor loss = (net->forward(x) - y.unsqueeze(-1)).square().mean();
+    loss.backward();
+    strategy.push(*net);
+    return torch::tensor({x.size(0)}, torch::kLong);
+  });
+  kt::FitOptions fo;
+  fo.epochs = 2;
+  fo.steps_per_epoch = 5;
+  fo.batch_size = 64;
+  fo.verbose = 0;
+  const kt::History history = model.fit(kt::Dataset::from_tensors(x, y), fo);
+  if (!strategy.is_chief()) return 0;  // fit served the chief's steps until it ended
+  const auto& loss = history.history.at("loss");
+  if (loss.size() != 2 || !std::isfinite(loss[1])) return fail("fit's history is not 2 losses");
+  std::cout << "fit: loss " << loss[0] << " then " << loss[1] << std::endl;
+  ClusterCoordinator coordinator(strategy);
+  std::vector<RemoteValue> values;
+  for (int i = 0; i < 8; ++i) values.push_back(coordinator.schedule("custom"));
+  coordinator.join();
+  std::set<int> workers;
+  for (const RemoteValue& v : values) {
+    if (v.fetch().item<std::int64_t>() != 10) return fail("a custom step's result is wrong");
+    workers.insert(v.worker());
+  }
+  std::cout << "coordinator loop after fit: 8 steps on " << workers.size() << " workers"
+            << std::endl;
+  std::cout << "PASS fit_loop" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -387,6 +438,7 @@ int main(int argc, char** argv) {
     if (mode == "sparse") return run_sparse();
     if (mode == "checkpoint" && argc > 2) return run_checkpoint(argv[2], false);
     if (mode == "restore" && argc > 2) return run_checkpoint(argv[2], true);
+    if (mode == "fit_loop") return run_fit_loop();
   } catch (const std::exception& e) {
     // Not "FAIL": a worker's or ps task's expected error (the chief_dies test) is not a
     // failed check; the test reads the status and the message.
@@ -394,6 +446,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cerr
-      << "usage: ps_job sync [sgd|adam] | faults STEPS | sparse | checkpoint DIR | restore DIR\n";
+      << "usage: ps_job sync [sgd|adam] | faults STEPS | sparse | checkpoint DIR | restore DIR | "
+         "fit_loop\n";
   return 2;
 }

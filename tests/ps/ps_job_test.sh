@@ -49,6 +49,12 @@ case $mode in
     cat "$log"
     [ $status -eq 0 ] && grep -q "PASS sparse" "$log" && echo PASS || echo "FAIL: status $status"
     ;;
+  fit_loop)
+    "$kolorun" --ps 1 -np 2 "$job" fit_loop >"$log" 2>&1
+    status=$?
+    cat "$log"
+    [ $status -eq 0 ] && grep -q "PASS fit_loop" "$log" && echo PASS || echo "FAIL: status $status"
+    ;;
   faults)
     "$kolorun" --ps 1 -np 2 --max-restarts 1 "$job" faults 300 >"$log" 2>&1 &
     launcher=$!
