@@ -13,6 +13,7 @@
 
 #include "kolo/train/callback.h"
 #include "kolo/train/callbacks.h"
+#include "kolo/train/checkpoint.h"
 #include "kolo/train/data.h"
 #include "kolo/train/layers.h"
 #include "kolo/train/logs.h"

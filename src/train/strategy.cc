@@ -387,4 +387,145 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions op
 
 HorovodStrategy::HorovodStrategy() : Strategy(horovod_impl()) {}
 
+// --- custom training loops ------------------------------------------------------------------
+
+namespace {
+
+torch::Tensor average_loss(const torch::Tensor& per_example_loss, int num_replicas,
+                           const AverageLossOptions& o) {
+  const char* who = "compute_average_loss";
+  if (!per_example_loss.defined() || per_example_loss.dim() == 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(who) +
+                    ": per_example_loss must be [batch, ...] (a loss's per_example values), "
+                    "not a scalar: a loss already averaged cannot be scaled by the batch");
+  }
+  torch::Tensor losses = per_example_loss;
+  if (o.sample_weight.defined()) {
+    try {
+      losses = losses * o.sample_weight.to(losses.device());
+    } catch (const c10::Error&) {
+      throw Error(ErrorCode::kInvalidArgument, std::string(who) + ": sample_weight " +
+                                                   shape_string(o.sample_weight.sizes().vec()) +
+                                                   " does not broadcast to per_example_loss " +
+                                                   shape_string(per_example_loss.sizes().vec()));
+    }
+  }
+  const std::int64_t global =
+      o.global_batch_size ? *o.global_batch_size : per_example_loss.size(0) * num_replicas;
+  if (global < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(who) + ": global_batch_size " + std::to_string(global) +
+                    " is negative; it is the number of examples in one step over all replicas");
+  }
+  const torch::Tensor sum = losses.sum();
+  return global == 0 ? sum * 0 : sum / static_cast<double>(global);
+}
+
+}  // namespace
+
+torch::Tensor compute_average_loss(const torch::Tensor& per_example_loss,
+                                   const ReplicaContext& context, const AverageLossOptions& o) {
+  return average_loss(per_example_loss, context.num_replicas_in_sync, o);
+}
+
+torch::Tensor compute_average_loss(const torch::Tensor& per_example_loss,
+                                   const AverageLossOptions& o) {
+  return average_loss(per_example_loss, 1, o);
+}
+
+torch::Tensor scale_regularization_loss(const torch::Tensor& regularization_loss,
+                                        const ReplicaContext& context) {
+  if (!regularization_loss.defined()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "scale_regularization_loss: the regularization loss is undefined");
+  }
+  return regularization_loss.sum() / static_cast<double>(context.num_replicas_in_sync);
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> Strategy::replicate(
+    const std::shared_ptr<torch::nn::Module>& module) const {
+  if (!module) throw Error(ErrorCode::kInvalidArgument, "Strategy::replicate: the module is null");
+  module->to(devices()[0]);
+  if (num_workers() > 1) {
+    // TensorFlow creates each variable from the chief's value.
+    broadcast_parameters(module->named_parameters(true), 0);
+    broadcast_parameters(module->named_buffers(true), 0);
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> out = {module};
+  for (std::size_t r = 1; r < devices().size(); ++r) {
+    try {
+      out.push_back(module->clone(devices()[r]));
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "Strategy::replicate: cannot make replica " + std::to_string(r) + " of " +
+                      name() + " (" + std::to_string(devices().size()) +
+                      " replicas): the module must be cloneable (derive from "
+                      "torch::nn::Cloneable, as torch::nn's modules do): " +
+                      e.what());
+    }
+  }
+  return out;
+}
+
+void Strategy::all_reduce_gradients(const std::vector<std::shared_ptr<torch::nn::Module>>& replicas,
+                                    ReduceOp op) const {
+  const char* who = "Strategy::all_reduce_gradients";
+  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(who) + ": only kSum and kAverage (TensorFlow's SUM and MEAN)");
+  }
+  if (static_cast<int>(replicas.size()) != num_local_replicas()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(who) + ": " + std::to_string(replicas.size()) + " models for " +
+                    std::to_string(num_local_replicas()) +
+                    " local replicas; pass what Strategy::replicate returned");
+  }
+  std::vector<std::vector<torch::Tensor>> params;
+  for (const auto& m : replicas) {
+    if (!m) throw Error(ErrorCode::kInvalidArgument, std::string(who) + ": a replica is null");
+    params.push_back(m->parameters(true));
+    if (params.back().size() != params[0].size()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(who) + ": replica " + std::to_string(params.size() - 1) + " has " +
+                      std::to_string(params.back().size()) + " parameters, replica 0 " +
+                      std::to_string(params[0].size()) + "; the replicas must be one model's");
+    }
+  }
+  // The sum over the local replicas, on the CPU; then over the workers in one grouped call.
+  std::vector<std::size_t> which;
+  std::vector<torch::Tensor> totals;
+  for (std::size_t i = 0; i < params[0].size(); ++i) {
+    torch::Tensor total;
+    for (std::size_t r = 0; r < params.size(); ++r) {
+      const torch::Tensor& g = params[r][i].grad();
+      if (!g.defined()) continue;
+      if (params[r][i].sizes() != params[0][i].sizes()) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    std::string(who) + ": parameter " + std::to_string(i) + " of replica " +
+                        std::to_string(r) + " has another shape than replica 0's");
+      }
+      const torch::Tensor cpu = g.detach().to(torch::kCPU);
+      total = total.defined() ? total + cpu : cpu.clone();
+    }
+    if (!total.defined()) continue;  // no replica has a gradient for it
+    which.push_back(i);
+    totals.push_back(total.contiguous());
+  }
+  if (num_workers() > 1) {
+    // Every worker must have gradients for the same parameters: the grouped call's names
+    // say which, and a worker that differs fails naming them instead of mixing tensors.
+    totals = kolo::grouped_allreduce(
+        totals, {.name = "train.gradients." + std::to_string(which.size()), .op = ReduceOp::kSum});
+  }
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    torch::Tensor g = totals[k];
+    if (op == ReduceOp::kAverage) g = g / static_cast<double>(num_replicas_in_sync());
+    for (std::size_t r = 0; r < params.size(); ++r) {
+      torch::Tensor& p = params[r][which[k]];
+      p.mutable_grad() = g.to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    }
+  }
+}
+
 }  // namespace kolo::train

@@ -12,7 +12,8 @@
 // weights go to every worker here (in an elastic job, at elastic fit's first sync instead:
 // a worker that joins later must not broadcast while the others train).
 //
-// Not for: custom loops (Strategy::run / reduce), the Horovod door's own loop
+// Not for: custom loops (Strategy::replicate / run / all_reduce_gradients / reduce, and
+// checkpoint.h: docs/training.md, "Custom training loops"), the Horovod door's own loop
 // (kolo::DistributedOptimizer).
 #pragma once
 

@@ -57,6 +57,29 @@ struct ReplicaContext {
 // One value per local replica (tf.distribute's PerReplica; experimental_local_results).
 using PerReplica = std::vector<torch::Tensor>;
 
+// tf.nn.compute_average_loss, for custom loops: the sum of `per_example_loss` (times
+// `sample_weight`, which must broadcast to it) divided by the global batch size, so that
+// the gradients summed over every replica (Strategy::all_reduce_gradients) are those of
+// the mean over the global batch. The global batch size defaults to per_example_loss's
+// first dimension times num_replicas_in_sync (the context's); 0 gives a loss of 0, as
+// TensorFlow's. kolo::Error (kInvalidArgument) for a scalar per_example_loss, a negative
+// global batch size, or a sample_weight that does not broadcast.
+struct AverageLossOptions {
+  torch::Tensor sample_weight{};                    // undefined: every example weighs 1
+  std::optional<std::int64_t> global_batch_size{};  // default: rows x num_replicas_in_sync
+};
+torch::Tensor compute_average_loss(const torch::Tensor& per_example_loss,
+                                   const ReplicaContext& context,
+                                   const AverageLossOptions& options = {});
+// Outside Strategy::run (one replica, or a global batch size given).
+torch::Tensor compute_average_loss(const torch::Tensor& per_example_loss,
+                                   const AverageLossOptions& options = {});
+// tf.nn.scale_regularization_loss: the sum of `regularization_loss` divided by
+// num_replicas_in_sync, so that a term every replica adds counts once in the summed
+// gradients.
+torch::Tensor scale_regularization_loss(const torch::Tensor& regularization_loss,
+                                        const ReplicaContext& context);
+
 struct DistributeOptions {
   bool shuffle = false;    // a new order each epoch (DistributedDataset::set_epoch)
   std::uint64_t seed = 0;  // the same on every worker: epoch e uses seed + e
@@ -137,6 +160,39 @@ class Strategy {
                                 const DistributeOptions& options = {}) const;
   // Runs fn(replica) on every local replica's thread; used by Model.
   void for_each_replica(const std::function<void(int local_replica)>& fn) const;
+
+  // --- custom training loops (docs/training.md, "Custom training loops") ---
+  // One model per local replica, each on its replica's device: replica 0 is `module`
+  // itself (moved there), the others its clones (the module must be cloneable, as for
+  // Model). With several workers, the chief's parameters and buffers are broadcast first
+  // (TensorFlow creates each variable from the chief's value), so every replica of every
+  // worker starts alike. Every worker must call it.
+  std::vector<std::shared_ptr<torch::nn::Module>> replicate(
+      const std::shared_ptr<torch::nn::Module>& module) const;
+  template <typename Holder>
+  std::vector<Holder> replicate(const Holder& module) const {
+    std::vector<Holder> out;
+    for (auto& m : replicate(std::static_pointer_cast<torch::nn::Module>(module.ptr()))) {
+      out.emplace_back(std::dynamic_pointer_cast<typename Holder::ContainedType>(m));
+    }
+    return out;
+  }
+  // What an optimizer's apply_gradients does under a TensorFlow strategy: each parameter's
+  // gradient summed (kSum, TensorFlow's rule: scale the loss with compute_average_loss)
+  // or averaged (kAverage) over the local replicas and the workers, and the result put in
+  // every replica's gradient, so that the replicas' optimizers take the same step. A
+  // parameter without a gradient on every replica is left alone; one with a gradient on
+  // some counts zeros for the others. `replicas` as replicate() gave them (the same
+  // structure in each). Every worker must call it, once per step.
+  void all_reduce_gradients(const std::vector<std::shared_ptr<torch::nn::Module>>& replicas,
+                            ReduceOp op = ReduceOp::kSum) const;
+  template <typename Holder>
+  void all_reduce_gradients(const std::vector<Holder>& replicas,
+                            ReduceOp op = ReduceOp::kSum) const {
+    std::vector<std::shared_ptr<torch::nn::Module>> modules;
+    for (const Holder& m : replicas) modules.push_back(m.ptr());
+    all_reduce_gradients(modules, op);
+  }
 
   struct Impl;
 
