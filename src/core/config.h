@@ -29,6 +29,9 @@ Env process_env();
 // a minute for the cycle time.
 constexpr double kMaxDurationSeconds = 7 * 24 * 3600;
 constexpr double kMaxCycleTimeMs = 60 * 1000;
+// The shortest KOLO_ELASTIC_TIMEOUT_SECONDS (kolorun checks --elastic-timeout against the
+// same range before its workers would refuse it).
+constexpr double kMinElasticTimeoutSeconds = 0.001;
 
 // One member per line of core/options.def, with its name, type and default there
 // (cache_capacity, cycle_time_ms, peer_timeout_seconds, fusion_threshold_bytes, ...).

@@ -9,12 +9,6 @@
 #include "launcher/hosts.h"
 
 namespace kolo::launcher {
-namespace {
-
-// KOLO_ELASTIC_TIMEOUT_SECONDS' least value (core/options.def).
-constexpr double kMinElasticSeconds = 0.001;
-
-}  // namespace
 
 Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, LaunchRequest* request) {
   if (a.np == 0 && a.min_np == 0) {
@@ -64,14 +58,16 @@ Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, Launch
     }
   }
   const auto in_range = [](double s) {
-    return std::isfinite(s) && s >= kMinElasticSeconds && s <= core::kMaxDurationSeconds;
+    return std::isfinite(s) && s >= core::kMinElasticTimeoutSeconds &&
+           s <= core::kMaxDurationSeconds;
   };
   if (!in_range(timeout) || !in_range(a.discovery_interval)) {
     const bool t = !in_range(timeout);
     char value[64];
     std::snprintf(value, sizeof(value), "%g", t ? timeout : a.discovery_interval);
     char range[64];
-    std::snprintf(range, sizeof(range), "[%g, %g]", kMinElasticSeconds, core::kMaxDurationSeconds);
+    std::snprintf(range, sizeof(range), "[%g, %g]", core::kMinElasticTimeoutSeconds,
+                  core::kMaxDurationSeconds);
     return InvalidArgument((t ? timeout_name : std::string("--discovery-interval")) + " " + value +
                            " is outside " + range + " seconds (at most 7 days)");
   }
