@@ -219,6 +219,27 @@ Status open_job_store(const LaunchEnv& launch, const Config& config, JobStore* o
     }
     return Status(s.code(), why + secret_hint(launch));
   }
+  if (!launch.job_identity.empty()) {
+    // A task of another job that reaches this store (two jobs given one port) must not
+    // take a place in this one: the store says which job it serves (the hosting task set
+    // it before it listened). On the store's root, not under the prefix kolo::init()
+    // gives each start-up's keys.
+    const std::string mine = identity_value(launch.job_identity);
+    std::string actual;
+    const Status c = store->compare_set(kJobKey, "", mine, &actual);
+    if (!c.ok()) {
+      return Status(c.code(), "start-up: " + me + " cannot use the job's store at " +
+                                  store_address(launch) + ": " + c.message());
+    }
+    if (actual != mine) {
+      return InvalidArgument(
+          "start-up: " + me + " reached the store at " + store_address(launch) + " (from " +
+          address_source(launch) + "), but that store serves another job, started with " + actual +
+          "; this task was started with " + mine +
+          ": two jobs are using one store address; give each job its own port" +
+          (launch.secret.empty() ? " (or each its own KOLO_RENDEZVOUS_SECRET)" : ""));
+    }
+  }
   job.store = std::move(store);
   *out = std::move(job);
   return Status::OK();
@@ -243,20 +264,6 @@ Status join_job(JobStore& job, const LaunchEnv& launch, double start_timeout_s) 
   };
 
   std::string actual;
-  if (!launch.job_identity.empty()) {
-    // A task of another job that reaches this store (two jobs given one port) must not
-    // take a place in this one: the first task to arrive says which job the store serves.
-    const std::string mine = identity_value(launch.job_identity);
-    KOLO_RETURN_IF_ERROR(store.compare_set(kJobKey, "", mine, &actual));
-    if (actual != mine) {
-      return InvalidArgument(
-          "start-up: " + me + " reached the store at " + store_address(launch) + " (from " +
-          address_source(launch) + "), but that store serves another job, started with " + actual +
-          "; this task was started with " + mine +
-          ": two jobs are using one store address; give each job its own port" +
-          (launch.secret.empty() ? " (or each its own KOLO_RENDEZVOUS_SECRET)" : ""));
-    }
-  }
   KOLO_RETURN_IF_ERROR(failed_already());
   // Every task must agree on the size of the job: the first to arrive sets it.
   const std::string size = std::to_string(launch.size);

@@ -24,6 +24,7 @@
 
 #include "common/deadline.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
 
 namespace kolo::core {
@@ -60,6 +61,9 @@ Status run_task(const Env& env, std::string* summary) {
   KOLO_RETURN_IF_ERROR(detect_launch_env(env, &launch));
   JobStore job;
   KOLO_RETURN_IF_ERROR(open_job_store(launch, config, &job));
+  // Under a prefix, as kolo::init() joins (its keys of one start-up under "init/<n>").
+  const std::shared_ptr<rendezvous::Store> root = job.store;
+  job.store = std::make_shared<rendezvous::PrefixStore>(root, "init/0");
   KOLO_RETURN_IF_ERROR(join_job(job, launch, config.start_timeout_seconds));
   KOLO_RETURN_IF_ERROR(job.store->set("test/done/" + std::to_string(launch.rank), "1"));
   if (job.server) {
@@ -273,7 +277,7 @@ TEST(JobStoreTest, RankStartedTwiceAndSizeMismatchAreErrors) {
   Task a(torch_env(port, 1, 3, "s"));
   {
     // The first rank 1 claims before the second starts (and so has set the job's size);
-    // watched through the store itself, not guessed with a sleep.
+    // watched through the store itself (under run_task's "init/0"), not guessed with a sleep.
     rendezvous::TcpStoreOptions watch;
     watch.port = port;
     watch.secret = "s";
@@ -281,7 +285,7 @@ TEST(JobStoreTest, RankStartedTwiceAndSizeMismatchAreErrors) {
     std::unique_ptr<rendezvous::TcpStore> store;
     ASSERT_TRUE(rendezvous::TcpStore::connect(watch, &store).ok());
     std::string claim;
-    ASSERT_TRUE(store->get("start/arrived/1", deadline_after(10), &claim).ok());
+    ASSERT_TRUE(store->get("init/0/start/arrived/1", deadline_after(10), &claim).ok());
     EXPECT_CONTAINS(claim, " pid " + std::to_string(a.pid()));
   }
   Task b(torch_env(port, 1, 3, "s"));

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "common/deadline.h"
 #include "core/config.h"
@@ -84,6 +85,7 @@ class Job {
   std::optional<Clock::time_point> cause_deadline_, grace_deadline_, kill_deadline_;
   bool cause_decided_ = false;
   bool cause_extended_ = false;  // decide_cause() waited once for a rank still ending
+  std::set<int> awaited_;        // the ranks it waits for
   std::optional<WorkerExit> cause_;
   std::optional<WorkerExit> chief_exit_;  // a parameter-server job's status
   int user_signal_ = 0;
@@ -210,7 +212,12 @@ void Job::on_end(Worker* w, WorkerExit e) {
     candidate_lines_.push_back(w->last_lines);
     if (!cause_deadline_) cause_deadline_ = Clock::now() + kCauseWindow;
   }
-  if (cause_deadline_ && !cause_decided_ && all_ended()) decide_cause();
+  const bool awaited_ended = std::all_of(awaited_.begin(), awaited_.end(), [&](int r) {
+    return workers_[static_cast<size_t>(r)].exit.has_value();
+  });
+  if (cause_deadline_ && !cause_decided_ && (all_ended() || (cause_extended_ && awaited_ended))) {
+    decide_cause();
+  }
 }
 
 void Job::on_task_end(Worker* w, const WorkerExit& e) {
@@ -311,9 +318,11 @@ void Job::decide_cause() {
   }
   if (waits_for_running && !cause_extended_ && !all_ended() && !stopping_) {
     // A rank the candidates' kolo names is still ending (its exit handlers, libtorch's
-    // teardown): its exit is likelier the cause, so the window is held open for it, once.
+    // teardown): its exit is likelier the cause, so the window is held open for it, once
+    // (on_end decides as soon as every rank named has ended).
     cause_extended_ = true;
     cause_deadline_ = Clock::now() + kCauseWindow * 4;
+    for (const auto& [rank, ranks] : after) awaited_.insert(ranks.begin(), ranks.end());
     return;
   }
   cause_decided_ = true;

@@ -61,20 +61,61 @@ bool is_loopback(const sockaddr_storage& a) {
 
 enum class Owner { kFound, kNotFound, kUnreadable };
 
+// One end of a TCP connection as the kernel's socket table prints it: an address as 32-bit
+// words (in memory order, %08X; 1 for IPv4, 4 for IPv6) and a port (host order, %04X).
+struct TableEnd {
+  std::uint32_t words[4] = {};
+  int nwords = 0;
+  unsigned port = 0;
+};
+
+// The owner of the socket whose local end is `them` and remote end `us`, in tcp (1-word
+// ends) or tcp6 (4-word ends).
+Owner find_in_table(const TableEnd& them, const TableEnd& us, uid_t* uid, std::string* error) {
+  const char* path = them.nwords == 1 ? "/proc/net/tcp" : "/proc/net/tcp6";
+  std::ifstream table(path);
+  std::string line;
+  if (!table.is_open() || !std::getline(table, line)) {  // the header
+    *error = std::string("cannot read ") + path + ": " + errno_text(errno);
+    return Owner::kUnreadable;
+  }
+  auto parse = [](const char* text, int nwords, TableEnd* e) {
+    for (int w = 0; w < nwords; ++w) {
+      unsigned word = 0;
+      if (std::sscanf(text + 8 * w, "%8X", &word) != 1) return false;
+      e->words[w] = word;
+    }
+    return std::sscanf(text + 8 * nwords, ":%4X", &e->port) == 1;
+  };
+  while (std::getline(table, line)) {
+    // "  sl  local_address rem_address   st tx_queue:rx_queue tr:when retrnsmt   uid ..."
+    char local_text[64], remote_text[64];
+    unsigned st = 0, owner = 0;
+    if (std::sscanf(line.c_str(), " %*d: %63s %63s %X %*s %*s %*s %u", local_text, remote_text, &st,
+                    &owner) != 4) {
+      continue;
+    }
+    TableEnd l, r;
+    l.nwords = r.nwords = them.nwords;
+    if (!parse(local_text, them.nwords, &l) || !parse(remote_text, them.nwords, &r)) continue;
+    const auto same = [](const TableEnd& x, const TableEnd& y) {
+      return x.port == y.port && std::memcmp(x.words, y.words, 4 * x.nwords) == 0;
+    };
+    if (same(l, them) && same(r, us)) {
+      *uid = static_cast<uid_t>(owner);
+      return Owner::kFound;
+    }
+  }
+  return Owner::kNotFound;
+}
+
 // The owner (uid) of the loopback peer socket at `peer` connected to our `local`, from
-// /proc/net/tcp or tcp6 (the kernel's socket table of this network namespace): kNotFound
-// when it is not there (the peer already closed), kUnreadable when the table cannot be
-// read (*error says why).
+// /proc/net/tcp and tcp6 (the kernel's socket tables of this network namespace):
+// kNotFound when it is in neither, kUnreadable when a table cannot be read (*error says
+// why).
 Owner loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local, uid_t* uid,
                         std::string* error) {
-  // Both ends as the table prints them: an address as 32-bit words (in memory order, %08X)
-  // and a port (host order, %04X). A v4-mapped IPv6 peer is an IPv4 socket.
-  struct End {
-    std::uint32_t words[4] = {};
-    int nwords = 0;
-    unsigned port = 0;
-  };
-  auto end_of = [](const sockaddr_storage& a, End* e) {
+  auto end_of = [](const sockaddr_storage& a, TableEnd* e) {
     if (a.ss_family == AF_INET) {
       const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
       e->words[0] = in->sin_addr.s_addr;
@@ -92,45 +133,24 @@ Owner loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& lo
       e->nwords = 4;
     }
   };
-  End them, us;
+  TableEnd them, us;
   end_of(peer, &them);
   end_of(local, &us);
   if (them.nwords != us.nwords) return Owner::kNotFound;
-  const char* path = them.nwords == 1 ? "/proc/net/tcp" : "/proc/net/tcp6";
-  std::ifstream table(path);
-  std::string line;
-  if (!table.is_open() || !std::getline(table, line)) {  // the header
-    *error = std::string("cannot read ") + path + ": " + errno_text(errno);
-    return Owner::kUnreadable;
-  }
-  auto parse = [](const char* text, int nwords, End* e) {
-    for (int w = 0; w < nwords; ++w) {
-      unsigned word = 0;
-      if (std::sscanf(text + 8 * w, "%8X", &word) != 1) return false;
-      e->words[w] = word;
-    }
-    return std::sscanf(text + 8 * nwords, ":%4X", &e->port) == 1;
+  const Owner found = find_in_table(them, us, uid, error);
+  if (found != Owner::kNotFound || them.nwords == 4) return found;
+  // An IPv6 socket of the peer's (connected to ::ffff:127.0.0.1) is listed in tcp6, both
+  // ends in their v4-mapped form (another user's process could slip past otherwise).
+  const auto mapped = [](const TableEnd& e) {
+    TableEnd m;
+    m.nwords = 4;
+    m.port = e.port;
+    const unsigned char prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    std::memcpy(m.words, prefix, 12);
+    m.words[3] = e.words[0];
+    return m;
   };
-  while (std::getline(table, line)) {
-    // "  sl  local_address rem_address   st tx_queue:rx_queue tr:when retrnsmt   uid ..."
-    char local_text[64], remote_text[64];
-    unsigned st = 0, owner = 0;
-    if (std::sscanf(line.c_str(), " %*d: %63s %63s %X %*s %*s %*s %u", local_text, remote_text, &st,
-                    &owner) != 4) {
-      continue;
-    }
-    End l, r;
-    l.nwords = r.nwords = them.nwords;
-    if (!parse(local_text, them.nwords, &l) || !parse(remote_text, them.nwords, &r)) continue;
-    const auto same = [](const End& a, const End& b) {
-      return a.port == b.port && std::memcmp(a.words, b.words, 4 * a.nwords) == 0;
-    };
-    if (same(l, them) && same(r, us)) {
-      *uid = static_cast<uid_t>(owner);
-      return Owner::kFound;
-    }
-  }
-  return Owner::kNotFound;
+  return find_in_table(mapped(them), mapped(us), uid, error);
 }
 
 // Descriptors held in reserve (/dev/null) for the moments this process has none left: the
@@ -367,7 +387,8 @@ class TcpStoreServer::Loop {
           const SpareDescriptors::Lent lent(spares_);  // this fd may have been the last one
           found = loopback_peer_uid(addr, local, &owner, &error);
         }
-        if (found == Owner::kUnreadable) {
+        if (found == Owner::kNotFound) error = "its socket is in neither /proc/net/tcp nor tcp6";
+        if (found != Owner::kFound) {
           // Not knowing whose process it is, the server does not let it in (a kolo client
           // whose connection is closed before its hello connects again).
           refused_->fetch_add(1);
@@ -380,7 +401,7 @@ class TcpStoreServer::Loop {
           ::close(fd);
           continue;
         }
-        if (found == Owner::kFound && owner != ::geteuid()) {
+        if (owner != ::geteuid()) {
           refused_->fetch_add(1);
           if (refusal_log_.allow(name_, "refused connections")) {
             KOLO_LOG(kWarning, "store")

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -313,8 +314,10 @@ TEST(TcpStore, StrangersFillingTheHelloSlotsDoNotLockTasksOut) {
 
 // Without a secret, a process of another user on this host is a stranger: refused at
 // accept (it used to be served: the server checked only for a loopback address).
-TEST(TcpStore, WithoutASecretAnotherUsersProcessIsRefused) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a process as another user";
+// Whether the server closes the connection of a process running as nobody, without a
+// secret (true), or answers its hello (false); through an IPv6 socket to the v4-mapped
+// loopback address when `v6`.
+void expect_nobody_refused(bool v6) {
   auto server = serve("");
   const int port = server->port();
   const std::string h = hello("");  // made here: the child only makes system calls
@@ -327,12 +330,19 @@ TEST(TcpStore, WithoutASecretAnotherUsersProcessIsRefused) {
     // closed the connection (1) or answered (0).
     char verdict = 2;
     if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
-      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
       a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       a.sin_port = htons(static_cast<std::uint16_t>(port));
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      sockaddr_in6 a6{};
+      a6.sin6_family = AF_INET6;
+      a6.sin6_port = a.sin_port;
+      a6.sin6_addr.s6_addr[10] = a6.sin6_addr.s6_addr[11] = 0xff;  // ::ffff:127.0.0.1
+      std::memcpy(&a6.sin6_addr.s6_addr[12], &a.sin_addr.s_addr, 4);
+      const int connected = v6 ? ::connect(fd, reinterpret_cast<sockaddr*>(&a6), sizeof(a6))
+                               : ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+      if (connected == 0) {
         ::send(fd, h.data(), h.size(), MSG_NOSIGNAL);
         pollfd p{fd, POLLIN, 0};
         char buf[256];
@@ -352,6 +362,17 @@ TEST(TcpStore, WithoutASecretAnotherUsersProcessIsRefused) {
   std::unique_ptr<TcpStore> mine;
   ASSERT_TRUE(connect(port, &mine, "").ok());
   expect_serving(*mine, "this user's process");
+}
+
+TEST(TcpStore, WithoutASecretAnotherUsersProcessIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a process as another user";
+  expect_nobody_refused(/*v6=*/false);
+}
+
+// Its socket is then listed in /proc/net/tcp6, not tcp: it was let in (a review found it).
+TEST(TcpStore, WithoutASecretAnotherUsersIpv6SocketIsRefusedToo) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a process as another user";
+  expect_nobody_refused(/*v6=*/true);
 }
 
 // accept() out of descriptors (EMFILE): the server backs off and logs a bounded number of

@@ -56,9 +56,19 @@ TEST(ComputeAverageLoss, DividesTheSumByTheGlobalBatchAsTensorFlow) {
             std::string::npos);
   const std::string bad =
       error_of([&] { compute_average_loss(per, {.sample_weight = torch::ones({3})}); });
-  EXPECT_NE(bad.find("sample_weight [3] does not broadcast to per_example_loss [4]"),
-            std::string::npos)
+  EXPECT_NE(bad.find("sample_weight [3] does not fit per_example_loss [4]"), std::string::npos)
       << bad;
+  // Keras's [batch, 1] weights weigh examples (not a [batch, batch] product), and [batch]
+  // weights weigh each example's row of a [batch, steps] loss.
+  const torch::Tensor w = torch::tensor({1.0f, 0.0f, 1.0f, 0.0f});
+  EXPECT_DOUBLE_EQ(compute_average_loss(per, {.sample_weight = w.unsqueeze(-1)}).item<double>(),
+                   4.0 / 4);
+  const torch::Tensor steps = torch::ones({4, 3});
+  EXPECT_DOUBLE_EQ(compute_average_loss(steps, {.sample_weight = w}).item<double>(), 6.0 / 4);
+  // An infinite loss with a global batch of 0 is still 0.
+  EXPECT_EQ(
+      compute_average_loss(torch::tensor({INFINITY}), {.global_batch_size = 0}).item<double>(),
+      0.0);
 }
 
 TEST(ScaleRegularizationLoss, SumsThenDividesByTheReplicas) {
@@ -211,10 +221,17 @@ TEST_F(CheckpointTest, TheManagerKeepsTheNewestAndTheStateFileNamesTheLatest) {
   CheckpointManager again(ckpt, dir_, 2);
   EXPECT_EQ(again.checkpoints(), (std::vector<std::string>{dir_ + "/ckpt-4", dir_ + "/ckpt-10"}));
   // Checkpoint::save on its own: prefix-<counter>, and the state file names it.
-  EXPECT_EQ(ckpt.save(dir_ + "/other/x"), dir_ + "/other/x-5") << "the counter counts every save";
-  EXPECT_EQ(latest_checkpoint(dir_ + "/other"), std::optional<std::string>(dir_ + "/other/x-5"));
+  EXPECT_EQ(ckpt.save(dir_ + "/other/x"), dir_ + "/other/x-6") << "the counter counts every save";
+  EXPECT_EQ(latest_checkpoint(dir_ + "/other"), std::optional<std::string>(dir_ + "/other/x-6"));
   EXPECT_NE(error_of([&] { CheckpointManager(ckpt, dir_, 0); }).find("keep at least 1"),
             std::string::npos);
+  // The directory spelled with a trailing '/' finds the same checkpoints after a restart.
+  CheckpointManager slash(ckpt, dir_ + "/", 2);
+  EXPECT_EQ(slash.checkpoints(), again.checkpoints());
+  const std::string next = slash.save();
+  CheckpointManager restarted(ckpt, dir_ + "/./", 2);
+  EXPECT_EQ(restarted.latest_checkpoint(), std::optional<std::string>(next));
+  EXPECT_EQ(latest_checkpoint(dir_ + "/"), std::optional<std::string>(next));
 }
 
 TEST_F(CheckpointTest, RestoringIntoOtherObjectsNamesWhatDoesNotFit) {

@@ -280,15 +280,18 @@ void ParameterServerStrategy::PsImpl::heartbeat_loop() {
   for (std::size_t i = 0; i < c.worker.size(); ++i) add(c.worker[i], task_name("worker", int(i)));
   for (std::size_t i = 0; i < c.ps.size(); ++i) add(c.ps[i], task_name("ps", int(i)));
   std::vector<bool> answered(clients.size(), false), silent(clients.size(), false);
+  std::vector<int> missed(clients.size(), 0);  // heartbeats unanswered in a row
   std::unique_lock<std::mutex> lock(heartbeat_mu);
   went_silent.assign(clients.size(), false);
   while (!heartbeat_stop) {
     lock.unlock();
     for (std::size_t i = 0; i < clients.size(); ++i) {
       ps::Message req{"chief.heartbeat", {}, {}}, reply;
-      // A task not up yet is fine; one that answered before and does not now went silent.
+      // A task not up yet is fine; one that answered before and has missed the last two
+      // (a second each, 0.5 s to answer: one slow answer is not silence) went silent.
       const bool ok = clients[i]->call(req, &reply, deadline_after(0.5)).ok();
-      silent[i] = answered[i] && !ok;
+      missed[i] = ok ? 0 : missed[i] + 1;
+      silent[i] = answered[i] && missed[i] >= 2;
       answered[i] = answered[i] || ok;
     }
     lock.lock();

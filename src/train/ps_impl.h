@@ -64,7 +64,7 @@ struct ParameterServerStrategy::PsImpl {
   std::condition_variable heartbeat_cv;
   bool heartbeat_stop = false;  // GUARDED_BY(heartbeat_mu)
   // Per task (the workers, then the ps tasks, in the cluster's order): it answered a
-  // heartbeat once and then stopped answering (it died, or hangs). Telling such a task to
+  // heartbeat once and then missed two in a row (it died, or hangs). Telling such a task to
   // stop at the end waits only briefly, so a dead task does not hold the chief's exit.
   std::vector<bool> went_silent;  // GUARDED_BY(heartbeat_mu)
   void heartbeat_loop();

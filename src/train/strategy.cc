@@ -402,14 +402,24 @@ torch::Tensor average_loss(const torch::Tensor& per_example_loss, int num_replic
   }
   torch::Tensor losses = per_example_loss;
   if (o.sample_weight.defined()) {
-    try {
-      losses = losses * o.sample_weight.to(losses.device());
-    } catch (const c10::Error&) {
-      throw Error(ErrorCode::kInvalidArgument, std::string(who) + ": sample_weight " +
-                                                   shape_string(o.sample_weight.sizes().vec()) +
-                                                   " does not broadcast to per_example_loss " +
-                                                   shape_string(per_example_loss.sizes().vec()));
+    // As TensorFlow's weighting: a trailing 1 of the weights is dropped ([batch, 1]
+    // weights for [batch] losses) and weights of lower rank weigh whole examples ([batch]
+    // weights for [batch, steps] losses); the product must keep the losses' shape.
+    torch::Tensor w = o.sample_weight.to(losses.device());
+    if (w.dim() == losses.dim() + 1 && w.size(-1) == 1) w = w.squeeze(-1);
+    while (w.dim() > 0 && w.dim() < losses.dim()) w = w.unsqueeze(-1);
+    bool fits = w.dim() <= losses.dim();
+    for (std::int64_t d = 1; fits && d <= w.dim(); ++d) {
+      fits = w.size(-d) == 1 || w.size(-d) == losses.size(-d);
     }
+    if (!fits) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          std::string(who) + ": sample_weight " + shape_string(o.sample_weight.sizes().vec()) +
+              " does not fit per_example_loss " + shape_string(per_example_loss.sizes().vec()) +
+              " (one weight an example, or one per loss value)");
+    }
+    losses = losses * w;
   }
   const std::int64_t global =
       o.global_batch_size ? *o.global_batch_size : per_example_loss.size(0) * num_replicas;
@@ -419,7 +429,9 @@ torch::Tensor average_loss(const torch::Tensor& per_example_loss, int num_replic
                     " is negative; it is the number of examples in one step over all replicas");
   }
   const torch::Tensor sum = losses.sum();
-  return global == 0 ? sum * 0 : sum / static_cast<double>(global);
+  // A global batch of 0 gives exactly 0, as TensorFlow's divide_no_nan (not NaN for an
+  // infinite sum).
+  return global == 0 ? (sum * 0).nan_to_num(0.0, 0.0, 0.0) : sum / static_cast<double>(global);
 }
 
 }  // namespace
@@ -492,31 +504,43 @@ void Strategy::all_reduce_gradients(const std::vector<std::shared_ptr<torch::nn:
                       std::to_string(params[0].size()) + "; the replicas must be one model's");
     }
   }
-  // The sum over the local replicas, on the CPU; then over the workers in one grouped call.
-  std::vector<std::size_t> which;
-  std::vector<torch::Tensor> totals;
-  for (std::size_t i = 0; i < params[0].size(); ++i) {
-    torch::Tensor total;
-    for (std::size_t r = 0; r < params.size(); ++r) {
-      const torch::Tensor& g = params[r][i].grad();
-      if (!g.defined()) continue;
+  // Which parameters have a gradient on some replica of some worker: the workers agree
+  // first (a step may touch other parameters on each), and each reduces the union, with
+  // zeros where it has none, so that every tensor of the grouped call is the same
+  // parameter on every worker.
+  const std::size_t n = params[0].size();
+  torch::Tensor has = torch::zeros({static_cast<std::int64_t>(n)}, torch::kFloat32);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& replica : params) {
+      if (replica[i].grad().defined()) has[static_cast<std::int64_t>(i)] = 1.0f;
+    }
+    for (std::size_t r = 1; r < params.size(); ++r) {
       if (params[r][i].sizes() != params[0][i].sizes()) {
         throw Error(ErrorCode::kInvalidArgument,
                     std::string(who) + ": parameter " + std::to_string(i) + " of replica " +
                         std::to_string(r) + " has another shape than replica 0's");
       }
-      const torch::Tensor cpu = g.detach().to(torch::kCPU);
-      total = total.defined() ? total + cpu : cpu.clone();
     }
-    if (!total.defined()) continue;  // no replica has a gradient for it
-    which.push_back(i);
-    totals.push_back(total.contiguous());
   }
   if (num_workers() > 1) {
-    // Every worker must have gradients for the same parameters: the grouped call's names
-    // say which, and a worker that differs fails naming them instead of mixing tensors.
-    totals = kolo::grouped_allreduce(
-        totals, {.name = "train.gradients." + std::to_string(which.size()), .op = ReduceOp::kSum});
+    has = kolo::allreduce(has, {.name = "train.gradients.present", .op = ReduceOp::kSum});
+  }
+  // The sum over the local replicas, on the CPU; then over the workers in one grouped call.
+  std::vector<std::size_t> which;
+  std::vector<torch::Tensor> totals;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (has[static_cast<std::int64_t>(i)].item<float>() == 0) continue;  // no gradient anywhere
+    torch::Tensor total =
+        torch::zeros(params[0][i].sizes(), params[0][i].options().device(torch::kCPU));
+    for (const auto& replica : params) {
+      const torch::Tensor& g = replica[i].grad();
+      if (g.defined()) total += g.detach().to(torch::kCPU, total.scalar_type());
+    }
+    which.push_back(i);
+    totals.push_back(total);
+  }
+  if (num_workers() > 1 && !totals.empty()) {
+    totals = kolo::grouped_allreduce(totals, {.name = "train.gradients", .op = ReduceOp::kSum});
   }
   for (std::size_t k = 0; k < which.size(); ++k) {
     torch::Tensor g = totals[k];

@@ -31,9 +31,15 @@ constexpr const char* kStateFile = "checkpoint";
 // Only the chief writes in a job of several workers.
 bool writes_here() { return !kolo::is_initialized() || kolo::rank() == 0; }
 
+// A directory's one spelling: "ckpts/", "./ckpts" and "ckpts" are "ckpts".
+std::string clean_directory(const std::string& d) {
+  std::string c = fs::path(d.empty() ? "." : d).lexically_normal().string();
+  while (c.size() > 1 && c.back() == '/') c.pop_back();
+  return c.empty() ? "." : c;
+}
+
 std::string directory_of(const std::string& path) {
-  const std::string d = fs::path(path).parent_path().string();
-  return d.empty() ? "." : d;
+  return clean_directory(fs::path(path).parent_path().string());
 }
 
 std::string file_name(const std::string& path) { return fs::path(path).filename().string(); }
@@ -91,13 +97,12 @@ std::optional<State> read_state(const std::string& directory) {
 
 // A path as the state file keeps it: relative to `directory` when inside it.
 std::string relative(const std::string& directory, const std::string& path) {
-  return directory_of(path) == directory || fs::path(directory_of(path)) == fs::path(directory)
-             ? file_name(path)
-             : path;
+  return directory_of(path) == clean_directory(directory) ? file_name(path) : path;
 }
 
 std::string absolute_in(const std::string& directory, const std::string& kept) {
-  return fs::path(kept).is_absolute() ? kept : (fs::path(directory) / kept).string();
+  if (fs::path(kept).is_absolute() || kept.find('/') != std::string::npos) return kept;
+  return (fs::path(clean_directory(directory)) / kept).string();
 }
 
 void write_state(const std::string& directory, const std::string& latest,
@@ -248,7 +253,7 @@ std::optional<std::string> latest_checkpoint(const std::string& directory) {
 CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directory,
                                      std::optional<int> max_to_keep, std::string checkpoint_name)
     : checkpoint_(checkpoint),
-      directory_(std::move(directory)),
+      directory_(clean_directory(directory)),
       max_to_keep_(max_to_keep),
       checkpoint_name_(std::move(checkpoint_name)) {
   if (max_to_keep_ && *max_to_keep_ < 1) {
@@ -276,6 +281,8 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
 std::string CheckpointManager::save(std::optional<std::int64_t> checkpoint_number) {
   std::string path;
   if (checkpoint_number) {
+    // TensorFlow's rule: the save counter goes up even when the number is given.
+    ++checkpoint_.save_counter_;
     path = (fs::path(directory_) / (checkpoint_name_ + "-" + std::to_string(*checkpoint_number)))
                .string();
     checkpoint_.write(path);

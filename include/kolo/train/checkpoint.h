@@ -68,6 +68,7 @@ class Checkpoint {
     std::string name;
     torch::Tensor tensor;
   };
+  friend class CheckpointManager;  // its save(number) counts too
   void check_new_name(const std::string& name) const;
   std::vector<Module> modules_;
   std::vector<Optimizer> optimizers_;
@@ -88,9 +89,9 @@ class CheckpointManager {
   // program knows the ones kept before.
   CheckpointManager(Checkpoint& checkpoint, std::string directory,
                     std::optional<int> max_to_keep = 5, std::string checkpoint_name = "ckpt");
-  // Writes a checkpoint numbered `checkpoint_number` (default: the save counter, after
-  // it goes up by one), deletes the oldest beyond max_to_keep, updates the "checkpoint"
-  // file, and returns the new path.
+  // Writes a checkpoint numbered `checkpoint_number` (default: the save counter; it goes
+  // up by one either way, as TensorFlow's), deletes the oldest beyond max_to_keep, updates
+  // the "checkpoint" file, and returns the new path.
   std::string save(std::optional<std::int64_t> checkpoint_number = std::nullopt);
   // The newest kept checkpoint, or nullopt before the first.
   std::optional<std::string> latest_checkpoint() const;

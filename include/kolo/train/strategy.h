@@ -58,12 +58,13 @@ struct ReplicaContext {
 using PerReplica = std::vector<torch::Tensor>;
 
 // tf.nn.compute_average_loss, for custom loops: the sum of `per_example_loss` (times
-// `sample_weight`, which must broadcast to it) divided by the global batch size, so that
+// `sample_weight`: one weight an example, [batch] or Keras's [batch, 1], or one per loss
+// value) divided by the global batch size, so that
 // the gradients summed over every replica (Strategy::all_reduce_gradients) are those of
 // the mean over the global batch. The global batch size defaults to per_example_loss's
 // first dimension times num_replicas_in_sync (the context's); 0 gives a loss of 0, as
 // TensorFlow's. kolo::Error (kInvalidArgument) for a scalar per_example_loss, a negative
-// global batch size, or a sample_weight that does not broadcast.
+// global batch size, or a sample_weight of another shape.
 struct AverageLossOptions {
   torch::Tensor sample_weight{};                    // undefined: every example weighs 1
   std::optional<std::int64_t> global_batch_size{};  // default: rows x num_replicas_in_sync
@@ -181,9 +182,11 @@ class Strategy {
   // gradient summed (kSum, TensorFlow's rule: scale the loss with compute_average_loss)
   // or averaged (kAverage) over the local replicas and the workers, and the result put in
   // every replica's gradient, so that the replicas' optimizers take the same step. A
-  // parameter without a gradient on every replica is left alone; one with a gradient on
-  // some counts zeros for the others. `replicas` as replicate() gave them (the same
-  // structure in each). Every worker must call it, once per step.
+  // parameter without a gradient on any replica of any worker is left alone; one with a
+  // gradient on some counts zeros for the others (the workers agree on which first, so a
+  // step that touches other parameters on each worker cannot mix them). `replicas` as
+  // replicate() gave them (the same structure in each). Every worker must call it, once
+  // per step.
   void all_reduce_gradients(const std::vector<std::shared_ptr<torch::nn::Module>>& replicas,
                             ReduceOp op = ReduceOp::kSum) const;
   template <typename Holder>
