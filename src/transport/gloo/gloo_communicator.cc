@@ -185,13 +185,14 @@ Status GlooCommunicator::connect(std::shared_ptr<World> world, std::vector<int> 
     s.peer = socket_address(fd, true);
     if (!s.local.empty() && !s.peer.empty()) fresh.push_back(s);
   }
-  KOLO_RETURN_IF_ERROR(map_sockets(fresh, deadline));
+  KOLO_RETURN_IF_ERROR(map_sockets(fresh, rendezvous_store, deadline));
   std::lock_guard<std::mutex> lock(world_->comms_mu);
   world_->comms.push_back(this);
   return Status::OK();
 }
 
-Status GlooCommunicator::map_sockets(const std::vector<PairSocket>& fresh, Deadline deadline) {
+Status GlooCommunicator::map_sockets(const std::vector<PairSocket>& fresh, GlooStore& watched,
+                                     Deadline deadline) {
   const int me = topology_.rank, n = topology_.size;
   // gloo's listening addresses: on Debian's gloo every pair listens on a port of its own
   // ("ip:port" of pair i, i != me).
@@ -214,6 +215,14 @@ Status GlooCommunicator::map_sockets(const std::vector<PairSocket>& fresh, Deadl
     std::vector<std::pair<std::string, std::string>> sockets;
   };
   std::vector<Info> infos(static_cast<std::size_t>(n));
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back("info/" + std::to_string(i));
+  if (const Status s = watched.watched_wait(keys, deadline); !s.ok()) {
+    broken_ = true;
+    return Status(s.code(),
+                  "gloo: rank " + std::to_string(me) + " of " + std::to_string(n) +
+                      " connected but its peers' socket records never came: " + s.message());
+  }
   for (int i = 0; i < n; ++i) {
     std::string value;
     KOLO_RETURN_IF_ERROR(store_->get("info/" + std::to_string(i), deadline, &value));

@@ -28,6 +28,8 @@
 
 namespace kolo::transport::gloo_impl {
 
+class GlooStore;
+
 class GlooCommunicator;
 
 // One connected TCP socket of a gloo context: which peer (member index) it talks to, and
@@ -167,7 +169,10 @@ class GlooCommunicator final : public Communicator {
   Status connect(std::shared_ptr<World> world, std::vector<int> members, const std::string& prefix,
                  const char* label, Deadline deadline);
   // Reads every member's socket list and keeps this rank's sockets to members.
-  Status map_sockets(const std::vector<PairSocket>& fresh, Deadline deadline);
+  // `watched` waits for the other members' records as connect()'s rendezvous does: an
+  // exit the launcher published ends the wait (a member killed just after the mesh formed
+  // once left a survivor here until the 630 s deadline).
+  Status map_sockets(const std::vector<PairSocket>& fresh, GlooStore& watched, Deadline deadline);
 
   // Runs `body` (gloo calls; returns a Status for failures it finds itself) under the
   // watchdog, catching every exception; failures break the communicator.

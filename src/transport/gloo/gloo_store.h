@@ -44,11 +44,11 @@ class GlooStore final : public ::gloo::rendezvous::Store {
 
   // The first failure (OK while there was none).
   const Status& error() const { return error_; }
+  // store_->wait(keys, by), watched (also for kolo's own records after the mesh formed).
+  Status watched_wait(const std::vector<std::string>& keys, Deadline by);
 
  private:
   [[noreturn]] void raise(Status s);
-  // store_->wait(keys, by), watched.
-  Status watched_wait(const std::vector<std::string>& keys, Deadline by);
 
   std::shared_ptr<rendezvous::Store> store_;
   Deadline deadline_;
