@@ -15,4 +15,8 @@ std::string number_string(double v);
 // "ranks 0, 1, ..., 15, ... (40 ranks)".
 std::string ranks_string(const std::vector<int>& ranks);
 
+// A JSON string literal of `s`: quotes and backslashes escaped, control bytes as \u00XX
+// (user text: tensor names, addresses).
+std::string json_quoted(const std::string& s);
+
 }  // namespace kolo

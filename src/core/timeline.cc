@@ -4,26 +4,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/format.h"
+
 namespace kolo::core {
 namespace {
-
-// JSON string literal of `s` (names are user text: quotes, backslashes, control bytes).
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 std::string number(double v) {
   char buf[32];
@@ -79,7 +63,7 @@ int Timeline::row(const std::string& name) {
   const int id = static_cast<int>(rows_.size()) + 1;  // row 0: cycle markers
   rows_.emplace(name, id);
   write_event(R"({"name":"thread_name","ph":"M","pid":0,"tid":)" + std::to_string(id) +
-              R"(,"args":{"name":)" + quoted(name) + "}}");
+              R"(,"args":{"name":)" + json_quoted(name) + "}}");
   return id;
 }
 

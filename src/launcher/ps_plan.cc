@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "common/format.h"
 #include "core/tf_config.h"
 #include "launcher/events.h"
 #include "launcher/layout.h"
@@ -20,16 +21,6 @@ std::string describe_shape(const LaunchRequest& r) {
   s += (r.evaluator ? ", " : " and ") + plural(r.ps, "ps task", "ps tasks");
   if (r.evaluator) s += " and 1 evaluator";
   return s;
-}
-
-// A JSON string; the addresses hold no character that needs more than this.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 bool is_secret(const std::string& name) {
@@ -142,12 +133,12 @@ std::string ps_tf_config(const std::vector<PsTask>& tasks, size_t i) {
     std::string list;
     for (const auto& t : tasks) {
       if (t.type != type) continue;
-      list += (list.empty() ? "" : ",") + quoted(host_port(t.addr_host, t.port));
+      list += (list.empty() ? "" : ",") + json_quoted(host_port(t.addr_host, t.port));
     }
     if (list.empty()) continue;
-    cluster += (cluster.empty() ? "" : ",") + quoted(type) + ":[" + list + "]";
+    cluster += (cluster.empty() ? "" : ",") + json_quoted(type) + ":[" + list + "]";
   }
-  return "{\"cluster\":{" + cluster + "},\"task\":{\"type\":" + quoted(tasks[i].type) +
+  return "{\"cluster\":{" + cluster + "},\"task\":{\"type\":" + json_quoted(tasks[i].type) +
          ",\"index\":" + std::to_string(tasks[i].index) + "}}";
 }
 
