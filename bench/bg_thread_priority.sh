@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Experiment for docs/benchmarks.md: does kolo's background thread lose time waiting for a
+# Experiment for docs/history/benchmarks.md: does kolo's background thread lose time waiting for a
 # CPU behind the training threads? Runs COMMAND and, once its workers (processes whose
 # executable is EXE) have trained for a moment, gives each worker's kolo background thread
 # a higher scheduling priority, then waits for COMMAND.

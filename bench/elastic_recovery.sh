@@ -2,7 +2,7 @@
 # Recovery time of an elastic job after kill -9 of one worker, kolo against torchrun, at
 # 2 -> 1, 3 -> 2 and 4 -> 3 workers (torchrun: N -> N, it restarts every worker); median,
 # min and max of --runs runs, as a Markdown table with the CPU and the date
-# (docs/benchmarks.md, "Elastic recovery (issue 16)"). The work is bench/elastic_recovery.py
+# (docs/history/benchmarks.md, "Elastic recovery (issue 16)"). The work is bench/elastic_recovery.py
 # (its --help has every option and how the time is measured); this wrapper installs torch
 # when it is missing.
 #

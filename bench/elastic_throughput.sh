@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Steady-state cost of elastic mode (issue 16's second benchmark, docs/benchmarks.md
+# Steady-state cost of elastic mode (issue 16's second benchmark, docs/history/benchmarks.md
 # "Elastic recovery (issue 16)"): images/s of fashion_mnist on 2 local workers, with
 # `--elastic --commit-every N` under kolorun's elastic driver against the same training
 # without elastic mode, nothing failing. Goal: elastic / plain >= 0.98.

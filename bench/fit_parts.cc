@@ -1,4 +1,4 @@
-// Where fit's own time goes on one process (docs/benchmarks.md, session 10): keras_mnist's
+// Where fit's own time goes on one process (docs/history/benchmarks.md, session 10): keras_mnist's
 // model and data, one worker, no kolo runtime, in three loops timed step by step:
 //
 //   loop      the hand-written step: zero_grad, forward, cross_entropy (mean), loss.item(),

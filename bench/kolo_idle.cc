@@ -1,7 +1,7 @@
 // What an idle kolo runtime costs: kolo::init(), then nothing for --seconds, then each
 // rank prints the CPU time its threads other than main used meanwhile (the background
 // thread; under MPI also OpenMPI's), from /proc/self/task/*/schedstat. For
-// docs/benchmarks.md; run with kolorun -np N (or alone for the local transport).
+// docs/history/benchmarks.md; run with kolorun -np N (or alone for the local transport).
 #include <unistd.h>
 
 #include <chrono>

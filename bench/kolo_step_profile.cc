@@ -1,5 +1,5 @@
 // Where a kolo training step's time goes: examples/fashion_mnist.cc's model and loop with
-// every phase timed, for docs/benchmarks.md's analysis. Run it like the example:
+// every phase timed, for docs/history/benchmarks.md's analysis. Run it like the example:
 //
 //   kolorun -np 2 build/bin/kolo_step_profile --max-steps 300
 //   KOLO_TRANSPORT=local build/bin/kolo_step_profile ... & (twice: independent workers)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where issue 3's training ceiling is (docs/benchmarks.md, session 3): per-worker images/s
+# Where issue 3's training ceiling is (docs/history/benchmarks.md, session 3): per-worker images/s
 # of kolo_step_profile in four configurations, round after round so that each round sees
 # the same machine state:
 #   kolo2        kolorun -np 2 (gradients averaged through kolo, on-demand cycles)

@@ -16,7 +16,7 @@ host) and prints, over the steps after --skip:
   kolorun -np 2 build/bin/kolo_step_profile --max-steps 600 --timeline /tmp/tl
   bench/step_skew.py /tmp/tl
 
-A diagnostic for docs/benchmarks.md, not a test.
+A diagnostic for docs/history/benchmarks.md, not a test.
 """
 import argparse
 import csv

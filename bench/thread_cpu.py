@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Per-thread CPU time of running training processes (a diagnostic for docs/benchmarks.md).
+"""Per-thread CPU time of running training processes (a diagnostic for docs/history/benchmarks.md).
 
     bench/thread_cpu.py [--interval S] EXE_PATH -- COMMAND...
 

@@ -21,7 +21,7 @@ constexpr std::chrono::seconds kLongestSleep(1);
 // waits at once runs the cycle itself; one that does not waits at most this long). Short:
 // with 2 ms (and local work deferred by one more nap) the light naps of a CNN training
 // step's backward pass and optimizer step cost ~15% of its images/s on 2 cores (issue 17,
-// docs/benchmarks.md); 200 us keeps a back-to-back submit-and-wait loop in light naps.
+// docs/history/benchmarks.md); 200 us keeps a back-to-back submit-and-wait loop in light naps.
 constexpr std::chrono::microseconds kActive(200);
 constexpr std::chrono::microseconds kLightNap(100);
 

@@ -64,7 +64,7 @@ class FutexCycleBell final : public CycleBell {
   // Between two waits of a back-to-back loop another rank's request finds a rank's caller
   // away for a moment, and the wake-up of its background thread (which then has nothing to
   // do: the caller runs the cycle) took the core a rank needed: 1 iteration in 10 took
-  // 20-40 us on 2 cores instead of 2.5 (docs/benchmarks.md, issue 17).
+  // 20-40 us on 2 cores instead of 2.5 (docs/history/benchmarks.md, issue 17).
   FutexCycleBell(std::uint64_t* requested, std::vector<std::uint32_t*> rings, int rank,
                  bool lazy = false);
 

@@ -60,7 +60,7 @@ enum class WaitResult { kDone, kTimeout, kMpiError };
 // (Linux timer slack adds ~50 us to each), so that a thread waiting for a slow peer costs
 // little of a core. The control plane's default of 1 ms matters during training: a rank
 // waiting in negotiation for a peer still in backward otherwise woke ~4700 times a second
-// and took that time from its own compute thread (docs/benchmarks.md); 1 ms is the cycle
+// and took that time from its own compute thread (docs/history/benchmarks.md); 1 ms is the cycle
 // time, the granularity negotiation works at anyway. OpenMPI moves data only inside MPI
 // calls, so every nap also pauses transfers in flight; the data plane therefore spins
 // longer and naps at most 160 us (kDataSpin, kDataMaxNap).
