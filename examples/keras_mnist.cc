@@ -19,6 +19,8 @@
 //   build/bin/kolorun --ps 2 -np 2 build/bin/keras_mnist --strategy parameter_server
 //   build/bin/kolorun --min-np 1 --max-np 3 build/bin/keras_mnist --strategy multiworker --elastic
 //   (elastic: workers may fail or join while fit goes on; docs/elastic.md)
+// For fault-injection tests: --pause-at 3:50 --pause-marker FILE makes worker 1 stop in
+// epoch 3 after 50 of its batches, write its pid to FILE and wait to be killed.
 // --batch-size is GLOBAL (over every replica of every worker), as in Keras.
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -29,6 +31,9 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
+
+#include <unistd.h>
 
 #include "kolo/torch.h"
 #include "kolo/train.h"
@@ -52,6 +57,12 @@ struct Flags {
   int threads = 0;       // 0: libtorch's default (the strategy shares cores among replicas)
   bool elastic = false;  // FitOptions::elastic (multiworker or horovod, kolorun --min-np)
   std::int64_t commit_every = 100;
+  // Fault injection (tests): "EPOCH:STEP", the worker, the marker file, the longest wait.
+  std::string pause_at, pause_marker;
+  int pause_epoch = -1;  // from pause_at, 0-based; -1: no pause
+  std::int64_t pause_step = 0;
+  int pause_worker = 1;
+  int pause_seconds = 300;
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -79,6 +90,67 @@ struct Throughput : kt::Callback {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 };
+
+// For fault-injection tests (--pause-at): the chosen worker, before batch `step` (0-based:
+// after `step` batches) of epoch `epoch` (0-based), writes its pid to `marker` (a
+// temporary file renamed into place, so a reader never sees it half-written), says so on
+// stdout and sleeps until it is killed; after `max_seconds` it exits with status 3, so
+// nothing hangs when no test kills it. The other workers wait for it in their next
+// collective. It changes nothing else: a run that does not reach the point trains as one
+// without the option.
+struct PauseAt : kt::Callback {
+  int worker = 1, epoch = 0;
+  std::int64_t step = 0;
+  std::string marker;
+  int max_seconds = 300;
+  bool here = false;  // this process is the chosen worker
+  int current_epoch = -1;
+
+  void on_epoch_begin(int e, kt::Logs&) override { current_epoch = e; }
+  void on_train_batch_begin(int batch, kt::Logs&) override {
+    if (!here || current_epoch != epoch || batch != step) return;
+    const long pid = static_cast<long>(::getpid());
+    { std::ofstream(marker + ".tmp") << pid << "\n"; }
+    if (std::rename((marker + ".tmp").c_str(), marker.c_str()) != 0) {
+      std::fprintf(stderr, "keras_mnist: --pause-marker: cannot write %s\n", marker.c_str());
+      std::fflush(nullptr);
+      std::_Exit(3);
+    }
+    std::printf(
+        "keras_mnist: worker %d (pid %ld) paused in epoch %d after %lld batches; "
+        "marker %s; waiting to be killed (at most %d s)\n",
+        worker, pid, epoch + 1, static_cast<long long>(step), marker.c_str(), max_seconds);
+    std::fflush(nullptr);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(max_seconds);
+    while (std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::fprintf(stderr,
+                 "keras_mnist: --pause-at: worker %d was not killed within %d s of pausing; "
+                 "exiting with status 3\n",
+                 worker, max_seconds);
+    std::fflush(nullptr);
+    std::_Exit(3);  // not exit(): no destructors that would wait for the other workers
+  }
+};
+
+// "EPOCH:STEP" (EPOCH from 1, as "Epoch 3/5" counts; STEP batches done in it, from 0)
+// into a 0-based epoch and STEP.
+bool parse_pause_at(const std::string& text, int& epoch, std::int64_t& step) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  try {
+    std::size_t n1 = 0, n2 = 0;
+    const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+    epoch = std::stoi(a, &n1);
+    step = std::stoll(b, &n2);
+    if (n1 != a.size() || n2 != b.size() || epoch < 1 || step < 0) return false;
+    epoch -= 1;
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 int run(const Flags& f) {
   if (f.threads > 0) torch::set_num_threads(f.threads);
@@ -126,6 +198,16 @@ int run(const Flags& f) {
   if (f.warmup_epochs > 0) {
     fit.callbacks.push_back(std::make_shared<kt::LearningRateWarmup>(kt::LearningRateWarmupOptions{
         .initial_lr = f.learning_rate, .warmup_epochs = f.warmup_epochs}));
+  }
+  if (f.pause_epoch >= 0) {
+    auto pause = std::make_shared<PauseAt>();
+    pause->worker = f.pause_worker;
+    pause->epoch = f.pause_epoch;
+    pause->step = f.pause_step;
+    pause->marker = f.pause_marker;
+    pause->max_seconds = f.pause_seconds;
+    pause->here = strategy.worker_index() == f.pause_worker;
+    fit.callbacks.push_back(pause);
   }
   if (pss && pss->task_type() == "evaluator") {
     // TensorFlow's sidecar evaluator: each checkpoint the chief writes, on the test data.
@@ -228,7 +310,35 @@ int main(int argc, char** argv) {
   app.add_option("--commit-every", f.commit_every, "with --elastic: commit every N batches")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
+  const std::string tests = "Fault injection (tests)";
+  app.add_option("--pause-at", f.pause_at,
+                 "for fault-injection tests: EPOCH:STEP, worker --pause-worker stops in "
+                 "epoch EPOCH (from 1, as 'Epoch 3/5') once STEP of its batches are done, "
+                 "writes its pid to --pause-marker, prints a line and waits to be killed "
+                 "(after --pause-seconds it exits with status 3); training is otherwise "
+                 "unchanged")
+      ->group(tests);
+  app.add_option("--pause-marker", f.pause_marker,
+                 "with --pause-at: the file the paused worker writes its pid to")
+      ->group(tests);
+  app.add_option("--pause-worker", f.pause_worker, "with --pause-at: which worker (rank)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(tests);
+  app.add_option("--pause-seconds", f.pause_seconds,
+                 "with --pause-at: the longest wait before exiting with status 3")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400))
+      ->group(tests);
   CLI11_PARSE(app, argc, argv);
+  if (!f.pause_at.empty()) {
+    if (!parse_pause_at(f.pause_at, f.pause_epoch, f.pause_step) || f.pause_marker.empty()) {
+      std::fprintf(stderr,
+                   "keras_mnist: --pause-at needs EPOCH:STEP (EPOCH >= 1, STEP >= 0) and "
+                   "--pause-marker FILE\n");
+      return 2;
+    }
+  }
   try {
     return run(f);
   } catch (const kolo::Error& e) {

@@ -3,8 +3,9 @@
 # README gives (issue 14): 5 epochs reach at least 0.85 test accuracy as one process,
 # mirrored on 2 CPU replicas in one process, and on 2 workers under kolorun and under
 # TF_CONFIG (which train like kolorun's job); the progress bar shows on the chief only;
-# BackupAndRestore: a worker killed (-9) during epoch 3 of 5, the job relaunched, resumes
-# at epoch 3 and ends within 1% test accuracy of an uninterrupted run.
+# BackupAndRestore: a worker killed (-9) during epoch 3 of 5 (where it paused and said so:
+# no timer), the job relaunched, resumes at epoch 3 and ends within 1% test accuracy of an
+# uninterrupted run.
 # Parameter servers: 2 workers and 2 ps tasks, a worker killed and restarted mid-training.
 # Elastic: 3 workers under kolorun --min-np 1, one killed mid-epoch, fit finishes on the two.
 # Usage: keras_mnist_test.sh one|mirrored|multiworker|backup|elastic|ps KOLORUN KERAS_MNIST
@@ -66,24 +67,40 @@ backup)
   args=(--strategy multiworker --steps-per-epoch 600 --verbose 2)
   timeout 300 "$kolorun" -np 2 "$program" "${args[@]}" --summary-json "$work/whole.json" \
     > "$work/whole.log" 2>&1 || { cat "$work/whole.log"; fail "uninterrupted run"; }
+  # Worker 1 stops in epoch 3 once 50 of its batches are done (--pause-at, a callback that
+  # changes nothing else), writes its pid to the marker file and waits to be killed; worker
+  # 0 waits for it in the next allreduce. No timer: worker 1 finished batches of epoch 3,
+  # each an allreduce with worker 0, so worker 0 had written epoch 2's backup and begun
+  # epoch 3; and neither can begin epoch 4 while worker 1 waits.
+  marker=$work/paused
   timeout 300 "$kolorun" -np 2 "$program" "${args[@]}" --backup-dir "$work/backup" \
+    --pause-at 3:50 --pause-worker 1 --pause-marker "$marker" \
     --summary-json "$work/cut.json" > "$work/cut.log" 2>&1 &
   job=$!
   pids+=($job)
-  # Epoch 3 has begun (its header comes after epoch 2's backup was written): kill -9
-  # worker 1 at once (an epoch of 600 steps takes about 1.5 s on an idle 2-core machine:
-  # half a second's wait let epoch 3 end and back up first once).
-  for _ in $(seq 1200); do grep -q '^\[0\] Epoch 3/5' "$work/cut.log" && break; sleep 0.05; done
-  victim=""
-  # The workers are found in /proc (no procps needed): keras_mnist with this backup dir.
-  for d in /proc/[0-9]*; do
-    tr '\0' ' ' < "$d/cmdline" 2> /dev/null | grep -q "keras_mnist .*--backup-dir $work/backup" || continue
-    if tr '\0' '\n' < "$d/environ" 2> /dev/null | grep -qx 'KOLO_RANK=1'; then victim=${d#/proc/}; fi
+  for _ in $(seq 2400); do  # at most 2 minutes
+    [ -s "$marker" ] && break
+    kill -0 "$job" 2> /dev/null || break
+    sleep 0.05
   done
-  [ -n "$victim" ] || { cat "$work/cut.log"; fail "no worker 1 to kill"; }
-  grep -q 'Epoch 4/5' "$work/cut.log" && fail "epoch 4 began before the kill (machine too slow?)"
+  victim=$(cat "$marker" 2> /dev/null)
+  # (exit: the trap stops the job.)
+  [ -n "$victim" ] || { cat "$work/cut.log"; fail "worker 1 did not pause in epoch 3 (no marker)"; exit 1; }
+  # The paused worker's line and the chief's epoch header pass through kolorun: wait for them.
+  for _ in $(seq 200); do
+    grep -q '^\[1\] keras_mnist: worker 1 .*paused in epoch 3' "$work/cut.log" &&
+      grep -q '^\[0\] Epoch 3/5' "$work/cut.log" && break
+    sleep 0.05
+  done
+  grep -q '^\[1\] keras_mnist: worker 1 .*paused in epoch 3' "$work/cut.log" ||
+    fail "worker 1 did not say it paused"
+  grep -q '^\[0\] Epoch 3/5' "$work/cut.log" || fail "epoch 3 had not begun at the pause"
+  grep -q 'Epoch 4/5' "$work/cut.log" && fail "epoch 4 began while worker 1 was paused"
+  [ -f "$work/backup/backup.ckpt" ] || { ls -la "$work/backup"; fail "no backup of epoch 2 at the pause"; }
   kill -9 "$victim"
   wait "$job" && fail "the job went on after worker 1 was killed"
+  grep -q 'was killed by signal 9' "$work/cut.log" ||
+    { cat "$work/cut.log"; fail "kolorun reported no killed worker"; }
   pids=()
   [ -f "$work/backup/backup.ckpt" ] || { ls -la "$work/backup"; fail "no backup after the kill"; }
   timeout 300 "$kolorun" -np 2 "$program" "${args[@]}" --backup-dir "$work/backup" \
