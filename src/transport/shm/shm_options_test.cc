@@ -2,7 +2,7 @@
 // through the TransportContext), never the process environment: KOLO_SHM and
 // KOLO_FUSION_THRESHOLD set in the environment but not in the options change nothing.
 //
-// Not for: the collectives or the selection policy's cases (shm_test.cc).
+// Not for: the collectives (shm_allreduce_test.cc) or the selection policy's cases (shm_test.cc).
 #include <cstdlib>
 #include <memory>
 #include <string>
