@@ -14,7 +14,7 @@ set(KOLO_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kolo)
 set_target_properties(kolo PROPERTIES EXPORT_NAME kolo)
 
 # Every archive below kolo::kolo: they are static, so the program links each of them.
-set(kolo_internal_libraries kolo_common kolo_config kolo_rendezvous kolo_transport
+set(kolo_internal_libraries kolo_common kolo_startup kolo_rendezvous kolo_transport
                             kolo_transport_shm kolo_transport_hier kolo_transports kolo_core)
 if(TARGET kolo_transport_mpi)
   list(APPEND kolo_internal_libraries kolo_transport_mpi)

@@ -3,7 +3,7 @@
 # each host is a network namespace kolo-hK with address 10.77.0.K/24 on a bridge, and every
 # command started "on" it also gets its own UTS namespace with hostname kolo-hK. MPI then
 # sees separate nodes (its daemons reach each other over TCP through the bridge), and kolo
-# picks its hierarchical transport (shared memory inside a host, MPI across hosts). Needs
+# picks its hierarchical transport (shared memory inside a host, Gloo or MPI across hosts). Needs
 # root and iproute2. The shared memory of the "hosts" is still one /dev/shm, which kolo's
 # per-job segment names keep apart.
 #

@@ -52,7 +52,7 @@ targets="kolorun kolo_torch_worker kolo_elastic_worker_side_tests"
 # Both: the 8-rank collectives are left out (Ranks/Collectives.*/8ranks*: 12 entries,
 # 10 s of the ASan run): 1, 2, 3 and 4 ranks run the same code, and 8 adds only more
 # threads doing it. KOLO_TEST_QUICK=1 drops the 1M-element sizes (collectives_test) and
-# shrinks the shm tests' large allreduces with their regions (shm_test: the four
+# shrinks the shm tests' large allreduces with their regions (shm_allreduce_test: the four
 # ShmAllreducePiecesTest cases 84 s of 467 under ASan, 2.3 s quick).
 skip_both='/8ranks(Fused|Unfused)'
 # ASan+UBSan: every unit-test program (kolo_unit_tests) and every entry but those.
@@ -66,10 +66,11 @@ asan_targets="kolo_unit_tests $targets kolo_torch_elastic_worker"
 # kolo_job_store_tests, kolo_transport_gloo_tests), the ps RPC server and client and the
 # coordinator (kolo_ps_tests), kolorun and its store (kolorun_tests, kolo_mp_worker), and
 # the libtorch worker through kolorun. Left to ASan: the single-threaded logic (reduce
-# kernels and conversions: kolo_common_tests; messages, negotiation, plans, options:
-# kolo_core_unit_tests, whose 6 ControllerPeerTest cases drive a Controller against
-# InprocWorld as the runtime tests do through Runtime; the launcher's parsers and plans:
-# kolo_launcher_tests; the fuzz corpus replays; the libtorch data, checkpoint and update
+# kernels and conversions: kolo_common_tests; options, launch environments, TF_CONFIG:
+# kolo_startup_unit_tests; messages, negotiation, plans: kolo_core_unit_tests, whose 6
+# ControllerPeerTest cases drive a Controller against InprocWorld as the runtime tests do
+# through Runtime; the launcher's parsers and plans: kolo_launcher_tests; the fuzz corpus
+# replays; the libtorch data, checkpoint and update
 # rule programs, whose kolo code runs on the calling thread only). Not building those
 # saves about 300 s of TSan compile CPU (19 files, 3 of them libtorch tests).
 tsan_programs="kolo_rendezvous_tests kolo_job_store_tests kolo_transport_tests
@@ -78,8 +79,8 @@ tsan_programs="kolo_rendezvous_tests kolo_job_store_tests kolo_transport_tests
 # (--train: the kolo_train test programs too, as before.)
 [ $train = ON ] && tsan_programs+=" kolo_train_fit_tests kolo_train_metrics_tests
   kolo_train_summary_tests kolo_train_progbar_tests kolo_train_callbacks_tests kolo_train_ps_tests"
-tsan_not_built="kolo_common_tests kolo_core_unit_tests kolo_launcher_tests kolo_torch_data_tests
-  kolo_torch_checkpoint_tests kolo_torch_elastic_tests kolo_ps_torch_tests"
+tsan_not_built="kolo_common_tests kolo_startup_unit_tests kolo_core_unit_tests kolo_launcher_tests
+  kolo_torch_data_tests kolo_torch_checkpoint_tests kolo_torch_elastic_tests kolo_ps_torch_tests"
 # A program not built shows in ctest as <target>_NOT_BUILT (gtest discovery) or as its own
 # name (one entry per libtorch program); only these are skipped, so a new unit-test
 # program missing from both lists fails the TSan run until it is put in one of them.

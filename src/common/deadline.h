@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 
 namespace kolo {
 
@@ -27,6 +28,15 @@ inline Clock::duration seconds_duration(double s) {
 inline Deadline deadline_after(double s) {
   const Clock::duration d = seconds_duration(s);
   const Deadline now = Clock::now();
+  return d >= Deadline::max() - now ? Deadline::max() : now + d;
+}
+
+// The point `ns` nanoseconds from now (zero or less: now; saturating at Deadline::max()),
+// for deadlines that arrive over a wire as nanoseconds left.
+inline Deadline deadline_after_ns(std::int64_t ns) {
+  const Deadline now = Clock::now();
+  if (ns <= 0) return now;
+  const auto d = std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns));
   return d >= Deadline::max() - now ? Deadline::max() : now + d;
 }
 

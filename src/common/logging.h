@@ -4,8 +4,8 @@
 //
 // The level comes from KOLO_LOG_LEVEL (trace, debug, info, warning, error; default
 // warning). Lines go to stderr as "[kolo <rank> <level> <subsystem>] message". The
-// level and default rank are process-wide (set once at init); this is the only
-// process-wide state kolo keeps outside a Runtime.
+// level and default rank are process-wide (set once at init). Besides these, kolo's only
+// process-wide state is the API layer's default runtime (one object in core/api.cc).
 #pragma once
 
 #include <sstream>

@@ -9,56 +9,66 @@
 
 #include "common/deadline.h"
 #include "common/logging.h"
-#include "core/config.h"
-#include "core/elastic_membership.h"
-#include "core/job_store.h"
-#include "core/launch_env.h"
+#include "common/thread_annotations.h"
 #include "core/ops.h"
 #include "core/runtime.h"
 #include "kolo/kolo.h"
 #include "rendezvous/elastic_keys.h"
 #include "rendezvous/launcher_keys.h"
 #include "rendezvous/prefix_store.h"
+#include "startup/config.h"
+#include "startup/elastic_membership.h"
+#include "startup/job_store.h"
+#include "startup/launch_env.h"
 #include "transport/table.h"
 
 namespace kolo {
 namespace {
 
-// The default runtime. The mutex guards the pointer (init/shutdown against API calls);
-// the Runtime itself is thread-safe.
-std::mutex g_mu;
-std::shared_ptr<core::Runtime> g_runtime;
+// The API layer's state, one object for the process: the default runtime and what its
+// inits keep between them. `mu` guards the pointer (init/shutdown against API calls) and
+// every other field; the Runtime itself is thread-safe.
+struct DefaultRuntime {
+  std::mutex mu;
+  std::shared_ptr<core::Runtime> runtime KOLO_GUARDED_BY(mu);
+  // A program that returns from main (or calls exit()) without kolo::shutdown() still
+  // stops the runtime first, in order: its thread must not outlive what it uses, and the
+  // other ranks learn that this rank left (as Horovod registers an atexit shutdown).
+  // Registered after the first runtime started, so it runs before the exit handlers
+  // registered while it started (MPI's finalization, see transport/mpi/mpi_lifetime.h).
+  pid_t init_pid = 0;  // the process that registered shutdown_at_exit (set once)
+  // The job's store (store jobs only): opened by the first init(), kept until the process
+  // exits (after shutdown_at_exit, which is registered later); `inits` counts the inits.
+  std::shared_ptr<core::JobStore> job KOLO_GUARDED_BY(mu);
+  int inits KOLO_GUARDED_BY(mu) = 0;
+  // The environment and options of this process's inits: the first init's settings stay
+  // for the elastic resets that start the later generations.
+  core::Env env KOLO_GUARDED_BY(mu);
+  // Elastic jobs: the generation the runtime is (or was last) in; -1 before the first;
+  // and the hosts_updated() calls made in it (they name its broadcasts alike on every
+  // member).
+  std::int64_t generation KOLO_GUARDED_BY(mu) = -1;
+  std::uint64_t hosts_checks KOLO_GUARDED_BY(mu) = 0;
+};
+DefaultRuntime g_api;
 
 std::shared_ptr<core::Runtime> current() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_runtime) {
+  std::lock_guard<std::mutex> lock(g_api.mu);
+  if (!g_api.runtime) {
     throw Error(ErrorCode::kNotInitialized,
                 "kolo is not initialized: call kolo::init() first (or kolo::shutdown() was "
                 "already called)");
   }
-  return g_runtime;
+  return g_api.runtime;
 }
-
-// A program that returns from main (or calls exit()) without kolo::shutdown() still
-// stops the runtime first, in order: its thread must not outlive what it uses, and the
-// other ranks learn that this rank left (as Horovod registers an atexit shutdown).
-// Registered after the first runtime started, so it runs before the exit handlers
-// registered while it started (MPI's finalization, see transport/mpi/mpi_lifetime.h).
-pid_t g_init_pid = 0;  // the process that registered shutdown_at_exit
-
-// The job's store (store jobs only): opened by the first init(), kept until the process
-// exits (after shutdown_at_exit, which is registered later); g_inits counts the inits.
-// Guarded by g_mu.
-std::shared_ptr<core::JobStore> g_job;
-int g_inits = 0;
 
 void shutdown_at_exit() {
   // A child forked without exec inherits the handler but not the runtime's thread.
-  if (getpid() != g_init_pid) return;
+  if (getpid() != g_api.init_pid) return;
   std::shared_ptr<core::Runtime> runtime;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
-    runtime.swap(g_runtime);
+    std::lock_guard<std::mutex> lock(g_api.mu);
+    runtime.swap(g_api.runtime);
   }
   if (runtime) runtime->shutdown(/*at_exit=*/true);
 }
@@ -69,15 +79,7 @@ void init() { init(std::map<std::string, std::string>{}); }
 
 namespace {
 
-// The environment and options of this process's inits (guarded by g_mu): the first init's
-// settings stay for the elastic resets that start the later generations.
-core::Env g_env;
-// Elastic jobs: the generation the runtime is (or was last) in; -1 before the first; and
-// the hosts_updated() calls made in it (they name its broadcasts alike on every member).
-std::int64_t g_generation = -1;
-std::uint64_t g_hosts_checks = 0;
-
-// Starts the default runtime (g_mu held, none running). `generation_from` (elastic jobs):
+// Starts the default runtime (g_api.mu held, none running). `generation_from` (elastic jobs):
 // join kolorun's newest membership of at least this generation. Returns false when this
 // elastic worker is not in the job any more (*why says why; nothing started).
 bool start_runtime(const core::Env& env, std::int64_t generation_from, std::string* why) {
@@ -124,16 +126,16 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
   // worker meets its generation's members instead (core/elastic_membership.h), under
   // "elastic/<g>".
   const bool meets = launch.uses_store() && (launch.size > 1 || config.elastic);
-  if (meets && !g_job) {
+  if (meets && !g_api.job) {
     auto job = std::make_shared<core::JobStore>();
     Status s = core::open_job_store(launch, config, job.get());
     if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
-    g_job = std::move(job);
+    g_api.job = std::move(job);
   }
   transport::TransportContext context;
   if (config.elastic) {
     core::ElasticMembership m;
-    Status s = core::join_generation(*g_job->store, config.elastic_id, generation_from,
+    Status s = core::join_generation(*g_api.job->store, config.elastic_id, generation_from,
                                      config.elastic_timeout_seconds, &m);
     if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
     if (m.removed) {
@@ -145,20 +147,20 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
     launch.local_rank = m.local_rank;
     launch.local_size = m.local_size;
     log::set_rank(launch.rank);
-    g_generation = m.generation;
-    g_hosts_checks = 0;
+    g_api.generation = m.generation;
+    g_api.hosts_checks = 0;
     context = core::transport_context(config, launch);
-    context.store = g_job->store;
+    context.store = g_api.job->store;
     context.store_prefix = rendezvous::elastic_keys::generation_prefix(m.generation);
     context.launcher_prefix = rendezvous::elastic_keys::launcher_prefix(m.generation);
   } else {
     context = core::transport_context(config, launch);
     if (meets) {
-      const std::string prefix = "init/" + std::to_string(g_inits++);
-      const std::shared_ptr<rendezvous::Store> root = g_job->store;
-      g_job->store = std::make_shared<rendezvous::PrefixStore>(root, prefix);
-      Status s = core::join_job(*g_job, launch, config.start_timeout_seconds);
-      g_job->store = root;
+      const std::string prefix = "init/" + std::to_string(g_api.inits++);
+      const std::shared_ptr<rendezvous::Store> root = g_api.job->store;
+      g_api.job->store = std::make_shared<rendezvous::PrefixStore>(root, prefix);
+      Status s = core::join_job(*g_api.job, launch, config.start_timeout_seconds);
+      g_api.job->store = root;
       if (!s.ok()) throw_error(s.code(), "kolo::init() failed: " + s.message());
       context.store = root;
       context.store_prefix = prefix;
@@ -179,7 +181,7 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
     // kolorun chooses which worker ended the job; a rank whose operations fail because
     // others left says so, so that its own exit is not taken for the cause (it exits
     // first, while the rank that left is still ending).
-    std::shared_ptr<rendezvous::Store> store = g_job->store;
+    std::shared_ptr<rendezvous::Store> store = g_api.job->store;
     const int rank = launch.rank;
     runtime->set_end_observer([store, rank](const std::vector<int>& left) {
       std::string ranks;
@@ -199,13 +201,13 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
                                << topo.rank << " of " << topo.size << "; using the transport's";
   }
   if (config.elastic) {
-    KOLO_LOG(kInfo, "elastic") << "generation " << g_generation << ": rank " << topo.rank << " of "
-                               << topo.size;
+    KOLO_LOG(kInfo, "elastic") << "generation " << g_api.generation << ": rank " << topo.rank
+                               << " of " << topo.size;
   }
-  g_runtime = std::move(runtime);
+  g_api.runtime = std::move(runtime);
   static std::once_flag registered;
   std::call_once(registered, [] {
-    g_init_pid = getpid();
+    g_api.init_pid = getpid();
     std::atexit(shutdown_at_exit);
   });
   return true;
@@ -214,16 +216,17 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
 }  // namespace
 
 void init(const std::map<std::string, std::string>& settings) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_runtime) return;
+  std::lock_guard<std::mutex> lock(g_api.mu);
+  if (g_api.runtime) return;
   core::Env env = core::process_env();
   for (const auto& [name, value] : settings) env[name] = value;
   core::Config config;
   core::parse_config(env, &config).throw_if_error();
   // The first generation an elastic worker joins: the one kolorun started it for, or the
   // one after the last it was in (init after shutdown).
-  const std::int64_t from = g_generation >= 0 ? g_generation + 1 : config.elastic_generation;
-  g_env = env;
+  const std::int64_t from =
+      g_api.generation >= 0 ? g_api.generation + 1 : config.elastic_generation;
+  g_api.env = env;
   std::string why;
   if (!start_runtime(env, from, &why)) {
     throw Error(ErrorCode::kShutdown,
@@ -236,8 +239,8 @@ void init(const std::map<std::string, std::string>& settings) {
 void shutdown() {
   std::shared_ptr<core::Runtime> runtime;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
-    runtime.swap(g_runtime);
+    std::lock_guard<std::mutex> lock(g_api.mu);
+    runtime.swap(g_api.runtime);
   }
   if (runtime) runtime->shutdown();
 }
@@ -246,23 +249,23 @@ namespace elastic {
 
 namespace {
 
-// g_mu held.
+// g_api.mu held.
 bool enabled_locked() {
   core::Config config;
-  return core::parse_config(g_env.empty() ? core::process_env() : g_env, &config).ok() &&
+  return core::parse_config(g_api.env.empty() ? core::process_env() : g_api.env, &config).ok() &&
          config.elastic;
 }
 
 }  // namespace
 
 bool enabled() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::lock_guard<std::mutex> lock(g_api.mu);
   return enabled_locked();
 }
 
 int generation() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_runtime && enabled_locked() ? static_cast<int>(g_generation) : -1;
+  std::lock_guard<std::mutex> lock(g_api.mu);
+  return g_api.runtime && enabled_locked() ? static_cast<int>(g_api.generation) : -1;
 }
 
 bool hosts_updated() {
@@ -270,11 +273,11 @@ bool hosts_updated() {
   std::int64_t g = -1;
   std::uint64_t check = 0;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!enabled_locked() || !g_runtime) return false;
-    g = g_generation;
-    check = g_hosts_checks++;
-    if (g_runtime->topology().rank == 0) store = g_job->store;
+    std::lock_guard<std::mutex> lock(g_api.mu);
+    if (!enabled_locked() || !g_api.runtime) return false;
+    g = g_api.generation;
+    check = g_api.hosts_checks++;
+    if (g_api.runtime->topology().rank == 0) store = g_api.job->store;
   }
   // Rank 0 decides, so every rank of the generation answers alike at this point.
   std::int64_t newer = 0;
@@ -294,33 +297,33 @@ bool hosts_updated() {
 }
 
 bool reset() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::lock_guard<std::mutex> lock(g_api.mu);
   if (!enabled_locked()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "kolo::elastic::reset(): this job is not elastic (start it with kolorun --min-np "
                 "MIN --max-np MAX ...)");
   }
   std::shared_ptr<core::Runtime> runtime;
-  runtime.swap(g_runtime);
-  const std::int64_t last = g_generation;
+  runtime.swap(g_api.runtime);
+  const std::int64_t last = g_api.generation;
   if (runtime) runtime->shutdown();
   runtime.reset();
-  if (g_job && last >= 0) {
+  if (g_api.job && last >= 0) {
     // kolorun writes the next plan once it has reaped a worker that died; a generation
     // that failed with every process alive (a peer timed out) needs asking for one.
     const Deadline until = deadline_after(1.0);
     bool newer = false;
-    while (core::newer_plan_exists(*g_job->store, last, &newer).ok() && !newer &&
+    while (core::newer_plan_exists(*g_api.job->store, last, &newer).ok() && !newer &&
            Clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!newer) {
       std::int64_t requests = 0;
-      (void)g_job->store->add(rendezvous::elastic_keys::reset_requests_key(last), 1, &requests);
+      (void)g_api.job->store->add(rendezvous::elastic_keys::reset_requests_key(last), 1, &requests);
     }
   }
   std::string why;
-  if (!start_runtime(g_env, last + 1, &why)) {
+  if (!start_runtime(g_api.env, last + 1, &why)) {
     KOLO_LOG(kWarning, "elastic") << "this worker leaves the elastic job: " << why;
     return false;
   }
@@ -330,8 +333,8 @@ bool reset() {
 }  // namespace elastic
 
 bool is_initialized() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_runtime != nullptr;
+  std::lock_guard<std::mutex> lock(g_api.mu);
+  return g_api.runtime != nullptr;
 }
 
 int rank() { return current()->topology().rank; }

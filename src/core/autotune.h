@@ -10,7 +10,7 @@
 //   2. each fusion threshold of the grid at the starting cycle time;
 //   3. each cycle time of the grid at the best threshold so far;
 //   4. when the transport offers both (tune_hierarchical), the best so far with the other
-//      allreduce algorithm: hierarchical (shm per host + MPI across hosts) or flat MPI;
+//      allreduce algorithm: hierarchical (shm per host + the base transport across hosts) or flat;
 //   5. settle on the best scored candidate and stop.
 // Each change is returned to the caller, which broadcasts it (Controller::propose) so
 // every rank switches between the same two cycles. Samples are also written as CSV lines

@@ -19,10 +19,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/config.h"
 #include "core/message.h"
 #include "core/negotiation.h"
 #include "core/response_cache.h"
+#include "startup/config.h"
 #include "transport/communicator.h"
 
 namespace kolo::core {

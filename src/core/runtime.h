@@ -28,12 +28,12 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
-#include "core/config.h"
 #include "core/entry.h"
 #include "core/message.h"
 #include "core/pacer.h"
 #include "core/timeline.h"
 #include "kolo/kolo.h"
+#include "startup/config.h"
 #include "transport/communicator.h"
 
 namespace kolo::core {
@@ -122,8 +122,8 @@ class Runtime {
   void hold_requests(bool hold);
 
  private:
-  struct Loop;    // the background thread's state (runtime.cc)
-  struct Helper;  // the handles' CycleHelper: caller-run cycles (runtime.cc)
+  struct Loop;    // the background thread's state (runtime_internal.h)
+  struct Helper;  // the handles' CycleHelper: caller-run cycles (runtime_internal.h)
   void loop();
   // Creates the communicator and publishes the topology and the bell of on-demand cycling
   // (*bell, null without it); false if that failed.

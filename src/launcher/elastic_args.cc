@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/config.h"
 #include "launcher/hosts.h"
+#include "startup/config.h"
 
 namespace kolo::launcher {
 
@@ -45,7 +45,7 @@ Status elastic_options_from_args(const ElasticArgs& a, ElasticOptions* e, Launch
     e->cooldown = Cooldown{a.cooldown[0], a.cooldown[1]};
   }
   // One range for kolorun and its workers, which take --elastic-timeout as
-  // KOLO_ELASTIC_TIMEOUT_SECONDS (core/options.def checks the same bounds).
+  // KOLO_ELASTIC_TIMEOUT_SECONDS (startup/options.def checks the same bounds).
   double timeout = a.elastic_timeout;
   std::string timeout_name = "--elastic-timeout";
   if (!a.elastic_timeout_env.empty()) {

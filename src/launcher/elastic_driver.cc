@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "common/format.h"
 #include "launcher/job.h"
 #include "launcher/lines.h"
 #include "launcher/mpirun_command.h"
@@ -28,9 +29,6 @@ namespace {
 
 namespace ek = rendezvous::elastic_keys;
 
-// As in job.cc: how long a worker's pipes are read after it ended.
-constexpr auto kDrainAfterExit = std::chrono::seconds(2);
-constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
 // How often the store is read for arrivals (while a removed worker waits for them) and for
 // reset requests (while the job runs).
 constexpr auto kArrivalPoll = std::chrono::milliseconds(100);
@@ -47,12 +45,6 @@ struct Worker : WorkerProcess {
 
 std::string plural(int n, const std::string& one, const std::string& many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 // The job's state; owned by kolorun's one thread.
@@ -234,7 +226,7 @@ void Driver::on_end(Worker* w, WorkerExit e) {
   cooldown_wake_ = blacklist_.next_return(Clock::now());
   if (back) {
     const double s = std::chrono::duration<double>(*back - Clock::now()).count();
-    say("host " + w->plan.host + " is blacklisted for " + seconds_text(std::round(s * 10) / 10) +
+    say("host " + w->plan.host + " is blacklisted for " + number_string(std::round(s * 10) / 10) +
         " s (--blacklist-cooldown-range): no new worker starts there before that");
   } else {
     say("host " + w->plan.host + " is blacklisted: no new worker starts there");
@@ -300,7 +292,7 @@ void Driver::replan(const std::string& why, bool force) {
     if (!wait_since_ || waiting_workers_ != plan.workers) {
       say("waiting for slots: " + plural(plan.workers, "usable slot", "usable slots") +
           " of --min-np " + std::to_string(o_.min_np) + " (" + why + "; at most " +
-          seconds_text(o_.elastic_timeout_s) + " s in all, --elastic-timeout)");
+          number_string(o_.elastic_timeout_s) + " s in all, --elastic-timeout)");
     }
     if (!wait_since_) wait_since_ = now;
     waiting_workers_ = plan.workers;
@@ -527,7 +519,7 @@ void Driver::on_deadlines() {
   if (wait_since_ && now >= *wait_since_ + seconds_duration(o_.elastic_timeout_s)) {
     give_up("the elastic job had " + plural(waiting_workers_, "usable slot", "usable slots") +
                 " of --min-np " + std::to_string(o_.min_np) + " for " +
-                seconds_text(o_.elastic_timeout_s) + " s (--elastic-timeout); stopping",
+                number_string(o_.elastic_timeout_s) + " s (--elastic-timeout); stopping",
             first_failure_status_.value_or(1));
     return;
   }
@@ -584,97 +576,6 @@ int Driver::exit_status() const {
 }
 
 }  // namespace
-
-Status run_discovery_script(const std::string& script, int default_slots, double timeout_s,
-                            std::vector<HostSlots>* out) {
-  const std::string name = "the host discovery script '" + script + "'";
-  Child child;
-  SpawnOptions spawn;
-  spawn.own_process_group = true;
-  spawn.parent_death_signal = SIGKILL;
-  spawn.stdin_from_dev_null = true;
-  if (Status s = spawn_piped({"sh", "-c", script}, spawn, &child); !s.ok()) {
-    return InvalidArgument(name + " cannot run: " + s.message());
-  }
-  OutputReader output(child.out_fd, child.err_fd, LineSplitter::Returns::kKeep);
-  std::string text, err;
-  const Deadline deadline = deadline_after(timeout_s);
-  std::optional<int> status;
-  bool timed_out = false;
-  while (!status || output.open()) {
-    std::vector<struct pollfd> fds;
-    output.add_to(&fds);
-    const Deadline wake = std::min(deadline, Clock::now() + std::chrono::milliseconds(20));
-    if (::poll(fds.data(), fds.size(), poll_timeout_ms(&wake)) < 0 && errno != EINTR) break;
-    output.service(
-        fds, [&](std::string_view l) { text.append(l).push_back('\n'); },
-        [&](std::string_view l) { err.assign(l); });
-    int st = 0;
-    // The driver's loop reaps every child (waitpid(-1)) and keeps the script's status.
-    if (!status &&
-        (::waitpid(child.pid, &st, WNOHANG) == child.pid || take_foreign_exit(child.pid, &st))) {
-      status = st;
-    }
-    if (Clock::now() >= deadline) {
-      timed_out = !status;
-      ::kill(-child.pid, SIGKILL);  // and whatever it started that holds the pipes
-      if (!status) {
-        // SIGKILL: returns at once (or the loop took it: then it is noted soon).
-        if (::waitpid(child.pid, &st, 0) != child.pid) {
-          const Deadline by = deadline_after(1);
-          while (!take_foreign_exit(child.pid, &st) && Clock::now() < by) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
-        }
-        status = st;
-      }
-      break;
-    }
-  }
-  output.finish([&](std::string_view l) { text.append(l).push_back('\n'); },
-                [&](std::string_view l) { err.assign(l); });
-  const std::string said = err.empty() ? "" : " (its last stderr line: " + err + ")";
-  if (timed_out) {
-    return InvalidArgument(name + " did not finish within " + seconds_text(timeout_s) + " s" +
-                           said);
-  }
-  if (shell_status(*status) != 0) {
-    return InvalidArgument(name + " exited with status " + std::to_string(shell_status(*status)) +
-                           said);
-  }
-  if (Status s = parse_discovery_output(text, default_slots, out); !s.ok()) {
-    return InvalidArgument(name + " printed something that is not a host: " + s.message());
-  }
-  return Status::OK();
-}
-
-PlanResult first_plan(const ElasticOptions& options) {
-  PlanRequest request;
-  request.hosts = options.hosts;
-  request.min_np = options.min_np;
-  request.max_np = options.max_np > 0 ? options.max_np : options.start_np;
-  return next_plan(request);
-}
-
-WorkerPlan elastic_worker_plan(const ElasticOptions& options, const std::vector<PlanMember>& plan,
-                               int rank, int generation) {
-  const PlanMember& m = plan[static_cast<size_t>(rank)];
-  WorkerRanks ranks;
-  ranks.rank = rank;
-  ranks.size = static_cast<int>(plan.size());
-  ranks.local_rank = m.local_rank;
-  ranks.local_size = m.local_size;
-  ranks.cross_rank = m.cross_rank;
-  ranks.cross_size = m.cross_size;
-  const bool remote = !is_this_host(m.host, options.inputs.this_host_names);
-  const std::map<std::string, std::string> vars = {
-      {kElasticVar, "1"},
-      {kElasticIdVar, std::to_string(m.id)},
-      {kElasticGenerationVar, std::to_string(generation)},
-      {kElasticTimeoutVar, seconds_text(options.elastic_timeout_s)},
-  };
-  return plan_one_worker(m.host, remote, ranks, vars, options.program, options.inputs);
-}
 
 int run_elastic_job(const ElasticOptions& options) {
   Driver driver(options);

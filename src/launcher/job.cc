@@ -18,7 +18,6 @@
 #include <set>
 
 #include "common/deadline.h"
-#include "core/config.h"
 #include "launcher/cause.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
@@ -26,14 +25,11 @@
 #include "launcher/ps_plan.h"
 #include "launcher/worker_process.h"
 #include "rendezvous/launcher_keys.h"
+#include "startup/config.h"
 
 namespace kolo::launcher {
 namespace {
 
-// After a worker ended, how long its pipes are still read: something it left behind may
-// hold them open for good. Shorter once the job is being stopped.
-constexpr auto kDrainAfterExit = std::chrono::seconds(2);
-constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
 // After the first failure, how long kolorun collects others before it names the cause
 // (unless every worker ended sooner): cause.h.
 constexpr auto kCauseWindow = std::chrono::seconds(1);

@@ -18,14 +18,6 @@ size_t without_returns(std::string_view text) {
 
 }  // namespace
 
-bool is_terminal(const std::map<std::string, std::string>& env, int fd) {
-  if (auto it = env.find(kTerminalVar); it != env.end()) {
-    if (it->second == "1") return true;
-    if (it->second == "0") return false;
-  }
-  return ::isatty(fd) == 1;
-}
-
 void LineSplitter::emit(std::string_view line, const Sink& sink) const {
   if (returns_ == Returns::kLastUpdate) {
     line = line.substr(0, without_returns(line));

@@ -8,6 +8,7 @@
 // Not for: deciding what a line means (events.h).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -15,18 +16,20 @@
 #include <string_view>
 #include <vector>
 
+#include "startup/config.h"
+
 struct pollfd;
 
 namespace kolo::launcher {
 
-// Set to 1 by kolorun for every worker when its own stdout is a terminal (or is itself
-// a kolorun's on a terminal): progress bars (kolo::train::ProgbarLogger) then redraw in
-// place, and the shims and remote wrappers pass redraws on. 0 says "not a terminal".
-inline constexpr const char* kTerminalVar = "KOLO_TERMINAL";
+// KOLO_TERMINAL (startup/config.h): 1 when kolorun's stdout is a terminal.
+inline constexpr const char* kTerminalVar = core::kTerminalVar;
 
 // Whether output on `fd` ends up on a terminal: KOLO_TERMINAL=1 or 0 in `env` decides;
 // unset (or anything else), isatty(fd).
-bool is_terminal(const std::map<std::string, std::string>& env, int fd);
+inline bool is_terminal(const std::map<std::string, std::string>& env, int fd) {
+  return core::output_is_terminal(env, fd);
+}
 // Whether kolorun said it is on a terminal (KOLO_TERMINAL=1): for the shims and remote
 // wrappers, whose own stdout is no guide (under mpirun it is a pseudo-terminal of
 // mpirun's, whatever kolorun's stdout is).
@@ -68,6 +71,13 @@ class LineSplitter {
   std::string pending_;
   std::string shown_;  // the last text passed to `redraw` for the pending line
 };
+
+// How long a child's output is still read after it exited (a worker, the program under
+// the shim, mpirun, the remote wrapper's program): something it left behind (a background
+// process, ssh to other hosts) may hold its pipes open for good; read what it flushes, but
+// no longer than this. Shorter once the job is being stopped.
+inline constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+inline constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
 
 // The two output pipes of one child, read without blocking the caller's poll() loop.
 class OutputReader {

@@ -27,15 +27,16 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
 #include "launcher/elastic_args.h"
 #include "launcher/elastic_driver.h"
 #include "launcher/events.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
+#include "launcher/kolorun_env.h"
 #include "launcher/layout.h"
 #include "launcher/lines.h"
 #include "launcher/mpirun_command.h"
+#include "launcher/own_launch.h"
 #include "launcher/ps_plan.h"
 #include "launcher/remote_worker.h"
 #include "launcher/shim.h"
@@ -44,11 +45,17 @@
 #include "launcher/worker_plan.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
+#include "startup/config.h"
 
 namespace {
 
 using kolo::Status;
 namespace launcher = kolo::launcher;
+using launcher::OwnLaunch;
+using launcher::run_elastic_main;
+using launcher::run_own;
+using launcher::self_exe;
+using launcher::this_host_names;
 
 std::string help_footer() {
   std::string s;
@@ -75,16 +82,11 @@ std::string help_footer() {
        "or KOLO_SIZE. Output is prefixed \"[worker:1] \". A failed worker, ps or evaluator\n"
        "is named and published (launcher/exit/<rank>, launcher/task_exit/<type>:<index>) and\n"
        "the job goes on (--max-restarts restarts failed workers); when the chief ends, the\n"
-       "others are stopped and kolorun exits with the chief's status.\n"
-       "\nkolorun's own settings, from its environment:\n"
-       "  KOLO_LAUNCHER_MODE (default: kolorun)\n"
-       "      kolorun: start the workers itself; mpi: through mpirun, as --mpi\n"
-       "  KOLO_SSH_PORT (default: unset)\n"
-       "      the port ssh connects to on other hosts (unset: ssh's own default)\n"
-       "  KOLO_TERMINAL (default: unset)\n"
-       "      1: kolorun's stdout counts as a terminal, 0: it does not (unset: isatty). On a\n"
-       "      terminal every worker gets KOLO_TERMINAL=1 and a line it redraws with \\r (a\n"
-       "      progress bar) is shown in place; otherwise only its last update is passed on\n";
+       "others are stopped and kolorun exits with the chief's status.\n";
+  s += "\nkolorun's own settings, from its environment:\n";
+  for (const auto& v : launcher::kolorun_settings()) {
+    s += "  " + std::string(v.name) + " (default: " + v.default_value + ")\n      " + v.doc + "\n";
+  }
   return s;
 }
 
@@ -100,17 +102,7 @@ class UsageFormatter : public CLI::Formatter {
   }
 };
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "kolorun";
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-int fail(const std::string& message) {
-  std::cerr << "kolorun: " << message << "\n";
-  return 2;
-}
+int fail(const std::string& message) { return launcher::kolorun_error(message); }
 
 launcher::MachineLimits machine_limits() {
   launcher::MachineLimits limits;
@@ -126,294 +118,12 @@ launcher::MachineLimits machine_limits() {
   return limits;
 }
 
-// The names under which a host list may mention this machine.
-std::vector<std::string> this_host_names() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return {};
-  std::string name = buf;
-  std::vector<std::string> names = {name};
-  if (const size_t dot = name.find('.'); dot != std::string::npos) {
-    names.push_back(name.substr(0, dot));
-  }
-  // And the addresses of its interfaces: -H 10.77.0.1:2 names this host too.
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) == 0) {
-    for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr) continue;
-      const int family = i->ifa_addr->sa_family;
-      if (family != AF_INET && family != AF_INET6) continue;
-      char host[NI_MAXHOST];
-      const socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      if (::getnameinfo(i->ifa_addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) {
-        names.emplace_back(host);
-      }
-    }
-    ::freeifaddrs(list);
-  }
-  return names;
-}
-
 int run_worker_shim(int argc, char** argv) {
   launcher::ShimOptions options;
   if (Status s = launcher::parse_shim_args({argv + 1, argv + argc}, &options); !s.ok()) {
     return fail(s.message());
   }
   return launcher::run_shim(options);
-}
-
-// 32 hex digits from /dev/urandom: the job's rendezvous secret ("" if unreadable).
-std::string make_secret() {
-  unsigned char bytes[16];
-  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  const bool ok = ::read(fd, bytes, sizeof bytes) == static_cast<ssize_t>(sizeof bytes);
-  ::close(fd);
-  if (!ok) return "";
-  std::string hex;
-  char two[3];
-  for (unsigned char b : bytes) {
-    std::snprintf(two, sizeof two, "%02x", b);
-    hex += two;
-  }
-  return hex;
-}
-
-// The address of this host's interface towards `host` (a UDP socket's connect() sends
-// nothing; getsockname then says which local address the route uses).
-Status address_towards(const std::string& host, std::string* out) {
-  struct addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  struct addrinfo* found = nullptr;
-  if (const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found); rc != 0) {
-    return kolo::InvalidArgument("cannot resolve host " + host + ": " + ::gai_strerror(rc));
-  }
-  Status result = kolo::InvalidArgument("no route from this host to " + host);
-  for (auto* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    struct sockaddr_storage local = {};
-    socklen_t len = sizeof local;
-    char text[INET6_ADDRSTRLEN] = {};
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<struct sockaddr*>(&local), &len) == 0 &&
-        ::getnameinfo(reinterpret_cast<struct sockaddr*>(&local), len, text, sizeof text, nullptr,
-                      0, NI_NUMERICHOST) == 0) {
-      *out = text;
-      result = Status::OK();
-    }
-    ::close(fd);
-    if (result.ok()) break;
-  }
-  ::freeaddrinfo(found);
-  return result;
-}
-
-// `n` ports that are free on this host now (bound to port 0 on every interface, all at
-// once so that they differ, then released for the tasks to bind). A task that finds its
-// port taken in between says so itself.
-Status free_local_ports(int n, std::vector<int>* out) {
-  std::vector<int> fds;
-  Status result = Status::OK();
-  for (int i = 0; i < n && result.ok(); ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t len = sizeof a;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(fd, reinterpret_cast<struct sockaddr*>(&a), &len) != 0) {
-      result = kolo::InvalidArgument(std::string("cannot find a free port on this host: ") +
-                                     std::strerror(errno));
-    } else {
-      out->push_back(ntohs(a.sin_port));
-    }
-    if (fd >= 0) fds.push_back(fd);
-  }
-  for (int fd : fds) ::close(fd);
-  return result;
-}
-
-std::string current_dir() {
-  char buf[PATH_MAX];
-  return ::getcwd(buf, sizeof buf) != nullptr ? std::string(buf) : std::string(".");
-}
-
-struct OwnLaunch {
-  bool dry_run = false;
-  std::string rendezvous_addr;  // --rendezvous-addr, "" = choose
-  int ssh_port = 0;             // --ssh-port (0: KOLO_SSH_PORT or ssh's default)
-  std::string ssh_identity_file, ssh_config;
-};
-
-// Prints each worker's command as --dry-run shows it.
-void print_dry_run(const std::vector<launcher::WorkerPlan>& workers) {
-  for (const auto& w : workers) {
-    std::vector<std::string> words = w.argv;
-    if (!w.remote) {
-      words = {"env"};
-      for (const auto& [name, value] : w.vars) words.push_back(name + "=" + value);
-      words.insert(words.end(), w.argv.begin(), w.argv.end());
-    }
-    std::cout << "[" << launcher::worker_label(w) << "] " << w.host << ": "
-              << launcher::shell_join(words) << "\n";
-  }
-  std::cout << std::flush;
-}
-
-// kolorun's own launcher: the job's store, then every worker (job.h), or the elastic
-// driver (elastic_driver.h) when `elastic` is given (its hosts are request.hosts).
-int run_own(const launcher::LaunchRequest& request, const OwnLaunch& own,
-            launcher::ElasticOptions* elastic = nullptr) {
-  const auto names = this_host_names();
-  // An elastic job whose script may add other hosts listens beyond this host when it
-  // knows where they reach it: --rendezvous-addr, or a first host that is one of this
-  // host's own addresses (the script's "10.0.0.1:4"; not a host name, which may resolve
-  // to 127.0.1.1). Else the job stays on this host and the driver warns about others.
-  const bool may_grow = elastic && !elastic->discovery_script.empty();
-  std::optional<std::string> own_address;
-  if (may_grow && own.rendezvous_addr.empty()) {
-    own_address = launcher::this_host_address(request.hosts, names);
-  }
-  const bool one_host = launcher::runs_on_this_host_only(request, names) &&
-                        !(may_grow && (!own.rendezvous_addr.empty() || own_address));
-  if (elastic != nullptr) elastic->this_host_only = one_host;
-  launcher::PlanInputs in;
-  in.env = kolo::core::process_env();
-  in.this_host_names = names;
-  in.self_exe = self_exe();
-  in.cwd = current_dir();
-  in.cores = launcher::usable_cores();
-  if (auto it = in.env.find(launcher::kSshPortVar); it != in.env.end() && !it->second.empty()) {
-    char* end = nullptr;
-    const long port = std::strtol(it->second.c_str(), &end, 10);
-    if (*end != '\0' || port < 1 || port > 65535) {
-      return fail(std::string(launcher::kSshPortVar) + "=" + it->second +
-                  " is not a port: expected 1..65535");
-    }
-    in.ssh_port = static_cast<int>(port);
-  }
-  if (own.ssh_port > 0) in.ssh_port = own.ssh_port;
-  if (!own.ssh_identity_file.empty())
-    in.ssh_options.insert(in.ssh_options.end(), {"-i", own.ssh_identity_file});
-  if (!own.ssh_config.empty()) in.ssh_options.insert(in.ssh_options.end(), {"-F", own.ssh_config});
-  std::string host = "127.0.0.1";
-  if (!one_host) {
-    if (own_address) {
-      host = *own_address;
-    } else if (auto chosen = launcher::rendezvous_host(request.hosts, names, own.rendezvous_addr)) {
-      host = *chosen;
-    } else {
-      const std::string remote = launcher::first_remote_host(request.hosts, names);
-      if (Status s = address_towards(remote, &host); !s.ok() && own.dry_run) {
-        host = "THIS_HOST";  // a dry run of hosts this machine cannot resolve
-      } else if (!s.ok()) {
-        return fail("cannot tell which address of this host the workers on " + remote +
-                    " reach the job's store at (" + s.message() +
-                    "); give it with --rendezvous-addr");
-      }
-    }
-    in.this_host_addr = host;
-  }
-  const std::string secret = make_secret();
-  if (secret.empty()) return fail("cannot read /dev/urandom for the job's secret");
-  std::unique_ptr<kolo::rendezvous::TcpStoreServer> server;
-  std::unique_ptr<kolo::rendezvous::TcpStore> store;
-  if (own.dry_run) {
-    in.rendezvous_addr = launcher::host_port(host, 0);
-    in.rendezvous_addr.replace(in.rendezvous_addr.size() - 1, 1, "PORT");
-  } else {
-    kolo::rendezvous::TcpStoreServerOptions so;
-    so.host = one_host ? "127.0.0.1" : "0.0.0.0";
-    so.secret = secret;
-    if (Status s = kolo::rendezvous::TcpStoreServer::start(so, &server); !s.ok()) {
-      return fail("cannot start the job's store: " + s.message());
-    }
-    in.rendezvous_addr = launcher::host_port(host, server->port());
-    kolo::rendezvous::TcpStoreOptions co;
-    co.port = server->port();
-    co.secret = secret;
-    co.connect_timeout_s = 5;
-    co.io_timeout_s = 5;
-    if (Status s = kolo::rendezvous::TcpStore::connect(co, &store); !s.ok()) {
-      return fail("cannot reach the job's own store: " + s.message());
-    }
-  }
-  if (elastic != nullptr) {
-    elastic->inputs = in;
-    elastic->program = request.program;
-    if (own.dry_run) {
-      const launcher::PlanResult plan = launcher::first_plan(*elastic);
-      if (plan.wait) {
-        std::cout << "kolorun: generation 0 would wait for slots: " << plan.workers
-                  << " usable of --min-np " << elastic->min_np << std::endl;
-        return 0;
-      }
-      std::vector<launcher::WorkerPlan> workers;
-      for (size_t rank = 0; rank < plan.members.size(); ++rank) {
-        workers.push_back(
-            launcher::elastic_worker_plan(*elastic, plan.members, static_cast<int>(rank), 0));
-      }
-      print_dry_run(workers);
-      return 0;
-    }
-    elastic->rendezvous_secret = secret;
-    elastic->event_token = launcher::make_event_token();
-    elastic->grace_seconds = request.grace_seconds;
-    elastic->terminal = launcher::is_terminal(in.env, 1);
-    elastic->store = store.get();
-    const int status = launcher::run_elastic_job(*elastic);
-    store.reset();
-    server->stop();
-    return status;
-  }
-  launcher::JobOptions job;
-  if (request.parameter_server()) {
-    auto tasks = launcher::place_ps_tasks(request, names, in.this_host_addr);
-    std::vector<int> ports;
-    if (Status s = free_local_ports(launcher::local_ports_needed(tasks), &ports); !s.ok()) {
-      return fail(s.message());
-    }
-    std::random_device random;
-    const int span =
-        launcher::kRemotePortHigh - launcher::kRemotePortLow - launcher::ps_task_count(request);
-    const int remote_base =
-        launcher::kRemotePortLow + static_cast<int>(random() % static_cast<unsigned>(span));
-    launcher::assign_ports(ports, remote_base, &tasks);
-    job.workers = launcher::plan_ps_tasks(request, in, tasks);
-    job.parameter_server = true;
-    job.max_restarts = request.max_restarts;
-  } else {
-    job.workers = launcher::plan_workers(request, in);
-  }
-  if (own.dry_run) {
-    print_dry_run(job.workers);
-    return 0;
-  }
-  job.rendezvous_secret = secret;
-  job.event_token = launcher::make_event_token();
-  job.grace_seconds = request.grace_seconds;
-  job.terminal = launcher::is_terminal(in.env, 1);
-  job.store = store.get();
-  const int status = launcher::run_job(job);
-  store.reset();
-  server->stop();
-  return status;
-}
-
-// Checks an elastic job's options, finds its first hosts and runs it (elastic_driver.h).
-int run_elastic_main(const launcher::ElasticArgs& a, const OwnLaunch& own) {
-  launcher::ElasticOptions e;
-  launcher::LaunchRequest request;
-  if (Status s = launcher::elastic_options_from_args(a, &e, &request); !s.ok()) {
-    return fail(s.message());
-  }
-  launcher::LaunchRequest processes = request;
-  processes.np =
-      e.max_np > 0 ? e.max_np : std::max(request.np, launcher::total_slots(request.hosts));
-  launcher::prepare_worker_threads(processes, kolo::core::process_env(), this_host_names(),
-                                   /*announce=*/!own.dry_run);
-  return run_own(request, own, &e);
 }
 
 }  // namespace
@@ -563,14 +273,17 @@ int main(int argc, char** argv) {
   // the ssh command line, and mpirun's workers through -x). Otherwise KOLO_TERMINAL=0: a
   // worker's stdout is a pseudo-terminal either way (for line buffering), so isatty()
   // there says nothing about where its lines end up.
-  ::setenv(launcher::kTerminalVar, launcher::is_terminal(kolo::core::process_env(), 1) ? "1" : "0",
-           1);
+  launcher::KolorunEnv settings;
+  if (Status s = launcher::read_kolorun_env(kolo::core::process_env(), &settings); !s.ok()) {
+    return fail(s.message());
+  }
+  ::setenv(launcher::kTerminalVar, settings.terminal ? "1" : "0", 1);
   // What kolorun's own launcher needs of the flags (elastic or not).
   const auto own_launch = [&] {
     OwnLaunch own;
     own.dry_run = dry_run;
     own.rendezvous_addr = rendezvous_addr;
-    own.ssh_port = ssh_port;
+    own.ssh_port = ssh_port > 0 ? ssh_port : settings.ssh_port;
     own.ssh_identity_file = ssh_identity_file;
     own.ssh_config = ssh_config;
     return own;
@@ -590,20 +303,17 @@ int main(int argc, char** argv) {
           "--ps is not elastic: an elastic job (--min-np, --max-np, "
           "--host-discovery-script) is an allreduce job");
     }
-    const char* mode = std::getenv(launcher::kLauncherModeVar);
-    if (use_mpi || (mode != nullptr && std::string(mode) == "mpi")) {
+    if (use_mpi || settings.mpi) {
       return fail(std::string("elastic jobs run on kolorun's own launcher and Gloo; ") +
                   (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") + " is not elastic");
     }
-    const char* env_timeout = std::getenv(launcher::kElasticTimeoutVar);
     launcher::ElasticArgs args{
         np_opt->count() > 0 ? np : 0, min_np, max_np, discovery_script, slots, reset_limit,
         cooldown, elastic_timeout, discovery_interval, host_list, hosts_opt->count() > 0, hostfile,
         grace_seconds, app.remaining(),
         // The workers' variable is --elastic-timeout's default
         // (checked with it).
-        timeout_opt->count() == 0 && env_timeout != nullptr ? std::string(env_timeout)
-                                                            : std::string()};
+        timeout_opt->count() == 0 ? settings.elastic_timeout : std::string()};
     return run_elastic_main(args, own_launch());
   }
   if (ps_opt->count() == 0 && np_opt->count() == 0) {
@@ -644,25 +354,18 @@ int main(int argc, char** argv) {
   // What runs: every task of a ps job, for the limits and the threads below.
   launcher::LaunchRequest processes = request;
   if (request.parameter_server()) processes.np = launcher::ps_task_count(request);
-  const char* mode = std::getenv(launcher::kLauncherModeVar);
-  const std::string mode_text = mode ? mode : "";
   // The limits' message names what starts the workers: mpirun, or kolorun itself.
-  if (Status s =
-          launcher::check_machine_limits(processes, machine_limits(), this_host_names(),
-                                         use_mpi || mode_text == "mpi" ? "mpirun" : "kolorun");
+  if (Status s = launcher::check_machine_limits(processes, machine_limits(), this_host_names(),
+                                                use_mpi || settings.mpi ? "mpirun" : "kolorun");
       !s.ok()) {
     return fail(s.message());
   }
-  if (mode_text != "" && mode_text != "kolorun" && mode_text != "mpi") {
-    return fail(std::string(launcher::kLauncherModeVar) + "=" + mode_text +
-                " is not valid: expected kolorun (the default) or mpi");
-  }
-  if (request.parameter_server() && (use_mpi || mode_text == "mpi")) {
+  if (request.parameter_server() && (use_mpi || settings.mpi)) {
     return fail(std::string("--ps runs through kolorun's own launcher, not ") +
                 (use_mpi ? "--mpi" : "KOLO_LAUNCHER_MODE=mpi") +
                 ": leave that out (a parameter-server job does not use MPI)");
   }
-  if (!use_mpi && mode_text != "mpi") {
+  if (!use_mpi && !settings.mpi) {
     launcher::prepare_worker_threads(processes, kolo::core::process_env(), this_host_names(),
                                      /*announce=*/!dry_run);
     return run_own(request, own_launch());

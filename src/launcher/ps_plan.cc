@@ -4,10 +4,10 @@
 #include <map>
 
 #include "common/format.h"
-#include "core/tf_config.h"
 #include "launcher/events.h"
 #include "launcher/layout.h"
 #include "launcher/threads.h"
+#include "startup/tf_config.h"
 
 namespace kolo::launcher {
 namespace {

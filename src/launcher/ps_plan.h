@@ -6,7 +6,7 @@
 // Pure (the ports come in as numbers: kolorun probes this host's, main.cc), so the
 // placement, the TF_CONFIG text and the variables are unit-tested without starting
 // anything. Not for: running or supervising the tasks (job.h), parsing TF_CONFIG
-// (core/tf_config.h), or the parameter-server library itself (src/ps, src/train).
+// (startup/tf_config.h), or the parameter-server library itself (src/ps, src/train).
 #pragma once
 
 #include <string>
@@ -56,7 +56,7 @@ struct PsTask {
 };
 
 // Checks a ps job's command line: at least one worker and one ps (TensorFlow's
-// sentences, core/tf_config.h), a program, enough slots for every task. Requires
+// sentences, startup/tf_config.h), a program, enough slots for every task. Requires
 // request.ps >= 0.
 Status validate_ps_job(const LaunchRequest& request);
 

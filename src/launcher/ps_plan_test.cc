@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/tf_config.h"
+#include "startup/tf_config.h"
 
 namespace kolo::launcher {
 namespace {

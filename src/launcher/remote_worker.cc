@@ -12,12 +12,12 @@
 #include <cstring>
 #include <optional>
 
-#include "core/config.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
 #include "launcher/threads.h"
 #include "launcher/worker_plan.h"
+#include "startup/config.h"
 
 namespace kolo::launcher {
 namespace {
@@ -27,7 +27,6 @@ namespace {
 constexpr auto kHeaderTimeout = std::chrono::seconds(30);
 constexpr size_t kMaxHeader = 64 * 1024;
 constexpr auto kKillAfter = std::chrono::seconds(2);
-constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 
 void say(const std::string& text) { write_all(2, "kolorun --remote-worker: " + text + "\n"); }
 

@@ -12,18 +12,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/config.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
 #include "launcher/threads.h"
+#include "startup/config.h"
 
 namespace kolo::launcher {
 namespace {
 
-// How long output is still read after the program exited: a background process it left
-// behind may hold the pipes open forever, and the marker must not wait for that.
-constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 // When the job is being stopped, mpirun sends SIGKILL one second after its SIGTERM: the
 // shim drains for less and kills leftovers at once, so that it is done before that.
 constexpr auto kDrainWhenStopped = std::chrono::milliseconds(250);

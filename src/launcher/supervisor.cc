@@ -20,9 +20,6 @@
 namespace kolo::launcher {
 namespace {
 
-// After mpirun exits, its pipes may still be held by processes it started (ssh to
-// remote hosts); read what they flush, but no longer than this.
-constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 // After the first failure report, how long kolorun collects others before it names the
 // cause (unless every worker has been heard of sooner): the dead rank's own report often
 // arrives after the survivors' (cause.h).

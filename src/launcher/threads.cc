@@ -7,8 +7,8 @@
 #include <iostream>
 #include <vector>
 
-#include "core/config.h"
 #include "launcher/layout.h"
+#include "startup/config.h"
 
 namespace kolo::launcher {
 

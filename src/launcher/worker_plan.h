@@ -22,9 +22,6 @@ namespace kolo::launcher {
 inline constexpr const char* kRendezvousAddrVar = "KOLO_RENDEZVOUS_ADDR";
 inline constexpr const char* kRendezvousSecretVar = "KOLO_RENDEZVOUS_SECRET";
 inline constexpr const char* kHostAddrVar = "KOLO_HOST_ADDR";
-// kolorun's own settings, read from its environment.
-inline constexpr const char* kSshPortVar = "KOLO_SSH_PORT";
-inline constexpr const char* kLauncherModeVar = "KOLO_LAUNCHER_MODE";
 
 struct PlanInputs {
   std::map<std::string, std::string> env;    // kolorun's environment

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/config.h"
 #include "launcher/ps_plan.h"
+#include "startup/config.h"
 
 namespace kolo::launcher {
 

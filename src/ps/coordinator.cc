@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/logging.h"
+#include "ps/task_wire.h"
 
 namespace kolo::ps {
 
@@ -136,14 +137,14 @@ struct WorkerService::Impl {
 
 WorkerService::WorkerService(RpcServer& server) : impl_(std::make_unique<Impl>()) {
   Impl* impl = impl_.get();
-  server.handle("run", [impl](const Message& req, Message* reply, Deadline) {
+  server.handle(task_wire::kRun, [impl](const Message& req, Message* reply, Deadline) {
     return impl->run(req, reply);
   });
-  server.handle("ping", [impl](const Message&, Message* reply, Deadline) {
+  server.handle(task_wire::kPing, [impl](const Message&, Message* reply, Deadline) {
     reply->fields.set("incarnation", impl->incarnation);
     return Status::OK();
   });
-  server.handle("stop", [impl](const Message&, Message*, Deadline) {
+  server.handle(task_wire::kStop, [impl](const Message&, Message*, Deadline) {
     {
       std::lock_guard<std::mutex> lock(impl->mu);
       impl->stopped = true;
@@ -274,7 +275,7 @@ struct Coordinator::Impl {
 
   // Pings worker w: "" and its incarnation in *incarnation when it answers, else why not.
   std::string ping(RpcClient& client, std::string* incarnation) {
-    Message req{"ping", {}, {}}, pong;
+    Message req{task_wire::kPing, {}, {}}, pong;
     Status s = client.call(req, &pong, deadline_after(options.ping_timeout_seconds));
     if (s.ok()) s = pong.fields.get("incarnation", incarnation);
     return s.ok() ? "" : s.message();
@@ -362,7 +363,7 @@ struct Coordinator::Impl {
   std::string run_on(int w, const std::shared_ptr<RpcClient>& client,
                      const std::string& incarnation, Closure& c) {
     auto call = std::make_shared<Call>();
-    Message req{"run", {}, {c.args}};
+    Message req{task_wire::kRun, {}, {c.args}};
     req.fields.set("step", c.step);
     req.fields.set("round", options.round_size > 0 ? c.seq / options.round_size : c.seq);
     const Deadline step_deadline = deadline_after(options.step_timeout_seconds);
@@ -524,7 +525,7 @@ void Coordinator::stop_workers(Deadline deadline) {
   for (int w = 0; w < n; ++w) {
     stops.emplace_back([this, w, deadline] {
       auto client = impl_->make_client(w);
-      Message req{"stop", {}, {}}, reply;
+      Message req{task_wire::kStop, {}, {}}, reply;
       Status s = client->call(req, &reply, deadline);
       if (!s.ok()) {
         KOLO_LOG(kInfo, "ps") << impl_->options.worker_names[w]

@@ -251,7 +251,7 @@ Status PsService::Impl::Core::create(const Message& req, Message* reply) {
 
 Status PsService::Impl::Core::pull(const Message& req, Message* reply, Deadline deadline) {
   std::int64_t n = 0;
-  KOLO_RETURN_IF_ERROR(req.fields.get("n", &n));
+  KOLO_RETURN_IF_ERROR(req.fields.get(wire::kItemCount, &n));
   if (n < 0 || n > wire::kMaxBatchItems || static_cast<std::size_t>(n) != req.blobs.size()) {
     return InvalidArgument("a pull of " + std::to_string(n) + " items with " +
                            std::to_string(req.blobs.size()) + " blobs on ps task " + name);
@@ -267,7 +267,7 @@ Status PsService::Impl::Core::pull(const Message& req, Message* reply, Deadline 
     Item& it = items[i];
     KOLO_RETURN_IF_ERROR(find(req.fields, wire::item(i, ""), &it.shard));
     std::int64_t whole = 1;
-    KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, "whole"), &whole));
+    KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, wire::kWhole), &whole));
     KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, "min_version"), &it.min_version));
     it.whole = whole != 0;
     const std::string at = where(it.shard->info.variable, it.shard->info.shard);
@@ -290,7 +290,7 @@ Status PsService::Impl::Core::pull(const Message& req, Message* reply, Deadline 
                          " until its deadline (are enough workers pushing? in synchronous "
                          "mode every version needs replicas_to_aggregate pushes)");
     }
-    reply->fields.set(wire::item(i, "version"), s.version);
+    reply->fields.set(wire::item(i, wire::kVersion), s.version);
     if (it.whole) {
       reply->blobs.push_back(s.values);
     } else {
@@ -335,7 +335,7 @@ void PsService::Impl::Core::apply_sync(Shard& s) {
 
 Status PsService::Impl::Core::push(const Message& req, Message* reply) {
   std::int64_t n = 0;
-  KOLO_RETURN_IF_ERROR(req.fields.get("n", &n));
+  KOLO_RETURN_IF_ERROR(req.fields.get(wire::kItemCount, &n));
   if (n < 0 || n > wire::kMaxBatchItems || static_cast<std::size_t>(2 * n) != req.blobs.size()) {
     return InvalidArgument("a push of " + std::to_string(n) + " items with " +
                            std::to_string(req.blobs.size()) + " blobs on ps task " + name);
@@ -352,8 +352,8 @@ Status PsService::Impl::Core::push(const Message& req, Message* reply) {
     Item& it = items[i];
     KOLO_RETURN_IF_ERROR(find(req.fields, wire::item(i, ""), &it.shard));
     std::int64_t whole = 1;
-    KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, "whole"), &whole));
-    KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, "version"), &it.version));
+    KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, wire::kWhole), &whole));
+    KOLO_RETURN_IF_ERROR(req.fields.get(wire::item(i, wire::kVersion), &it.version));
     it.whole = whole != 0;
     const Shard& s = *it.shard;
     const std::string at = where(s.info.variable, s.info.shard);
@@ -435,7 +435,7 @@ Status PsService::Impl::Core::read_state(const Message& req, Message* reply) {
   KOLO_RETURN_IF_ERROR(find(req.fields, "", &s));
   const auto names = slot_names(s->rule);
   std::lock_guard<std::mutex> lock(s->mu);
-  reply->fields.set("step", s->step).set("version", s->version);
+  reply->fields.set("step", s->step).set(wire::kVersion, s->version);
   reply->fields.set("slots", static_cast<std::int64_t>(names.size()));
   reply->blobs.push_back(s->values);
   for (std::size_t k = 0; k < names.size(); ++k) {
@@ -451,7 +451,7 @@ Status PsService::Impl::Core::assign_state(const Message& req) {
   const std::string at = where(s->info.variable, s->info.shard);
   std::int64_t step = 0, version = 0, nslots = 0;
   KOLO_RETURN_IF_ERROR(req.fields.get("step", &step));
-  KOLO_RETURN_IF_ERROR(req.fields.get("version", &version));
+  KOLO_RETURN_IF_ERROR(req.fields.get(wire::kVersion, &version));
   KOLO_RETURN_IF_ERROR(req.fields.get("slots", &nslots));
   if (step < 0 || version < 0) {
     return InvalidArgument("step " + std::to_string(step) + ", version " + std::to_string(version) +

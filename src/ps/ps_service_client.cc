@@ -131,11 +131,11 @@ Status PsClient::pull(std::vector<Pull>& pulls, Deadline deadline) {
   return impl_->for_tasks(tasks, [&](int t) -> Status {
     const auto& items = by_task[t];
     Message req{wire::kPull};
-    req.fields.set("n", static_cast<std::int64_t>(items.size()));
+    req.fields.set(wire::kItemCount, static_cast<std::int64_t>(items.size()));
     for (std::size_t j = 0; j < items.size(); ++j) {
       const Pull& p = pulls[items[j]];
       set_shard(req.fields, wire::item(j, ""), *p.shard);
-      req.fields.set(wire::item(j, "whole"), std::int64_t{p.whole});
+      req.fields.set(wire::item(j, wire::kWhole), std::int64_t{p.whole});
       req.fields.set(wire::item(j, "min_version"), p.min_version);
       req.blobs.push_back(p.whole ? std::string() : rows_blob(p.rows));
     }
@@ -155,7 +155,7 @@ Status PsClient::pull(std::vector<Pull>& pulls, Deadline deadline) {
                         shard_text(*p.shard) + ", this process expects " + std::to_string(want) +
                         " (do the chief and this process build the same model?)");
       }
-      KOLO_RETURN_IF_ERROR(reply.fields.get(wire::item(j, "version"), &p.version));
+      KOLO_RETURN_IF_ERROR(reply.fields.get(wire::item(j, wire::kVersion), &p.version));
       if (want != 0) std::memcpy(p.out, reply.blobs[j].data(), want);
     }
     return Status::OK();
@@ -179,12 +179,12 @@ Status PsClient::push(std::vector<Push>& pushes, Deadline deadline) {
   return impl_->for_tasks(tasks, [&](int t) -> Status {
     const auto& items = by_task[t];
     Message req{wire::kPush};
-    req.fields.set("n", static_cast<std::int64_t>(items.size()));
+    req.fields.set(wire::kItemCount, static_cast<std::int64_t>(items.size()));
     for (std::size_t j = 0; j < items.size(); ++j) {
       const Push& p = pushes[items[j]];
       set_shard(req.fields, wire::item(j, ""), *p.shard);
-      req.fields.set(wire::item(j, "whole"), std::int64_t{p.whole});
-      req.fields.set(wire::item(j, "version"), p.version);
+      req.fields.set(wire::item(j, wire::kWhole), std::int64_t{p.whole});
+      req.fields.set(wire::item(j, wire::kVersion), p.version);
       req.blobs.push_back(p.whole ? std::string() : rows_blob(p.rows));
       const std::size_t n = p.whole ? p.shard->bytes() : p.rows.size() * p.shard->row_bytes();
       req.blobs.emplace_back(static_cast<const char*>(p.grad), n);
@@ -219,7 +219,7 @@ Status PsClient::read_state(const ShardInfo& shard, ShardState* out, Deadline de
   ShardState s;
   std::int64_t nslots = 0;
   KOLO_RETURN_IF_ERROR(reply.fields.get("step", &s.step));
-  KOLO_RETURN_IF_ERROR(reply.fields.get("version", &s.version));
+  KOLO_RETURN_IF_ERROR(reply.fields.get(wire::kVersion, &s.version));
   KOLO_RETURN_IF_ERROR(reply.fields.get("slots", &nslots));
   if (nslots < 0 || static_cast<std::size_t>(nslots) + 1 != reply.blobs.size()) {
     return Internal("read_state: ps task " + ps_name(shard.ps_task) + " answered " +
@@ -240,7 +240,7 @@ Status PsClient::assign_state(const ShardInfo& shard, const ShardState& state, D
   KOLO_RETURN_IF_ERROR(impl_->check_task(shard.ps_task, "assign_state: " + shard_text(shard)));
   Message req{wire::kAssignState}, reply;
   set_shard(req.fields, "", shard);
-  req.fields.set("step", state.step).set("version", state.version);
+  req.fields.set("step", state.step).set(wire::kVersion, state.version);
   req.fields.set("slots", static_cast<std::int64_t>(state.slots.size()));
   req.blobs.push_back(state.values);
   for (std::size_t k = 0; k < state.slots.size(); ++k) {

@@ -27,6 +27,12 @@ inline constexpr const char* kReadState = "ps.read_state";
 inline constexpr const char* kAssignState = "ps.assign_state";
 inline constexpr const char* kPing = "ps.ping";
 
+// Fields that several methods share: the item count of a batched pull or push, whether an
+// item is its shard's whole variable, and a shard's version.
+inline constexpr const char* kItemCount = "n";
+inline constexpr const char* kWhole = "whole";
+inline constexpr const char* kVersion = "version";
+
 // The most items one batched pull or push may carry.
 inline constexpr std::int64_t kMaxBatchItems = 1 << 15;
 

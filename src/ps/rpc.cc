@@ -25,6 +25,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/logging.h"
+#include "common/secret.h"
 #include "ps/rpc_frames.h"
 #include "ps/wire.h"
 
@@ -53,14 +54,6 @@ bool is_loopback(const std::string& address) {
     return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
   }
   return false;
-}
-
-// Equal without an early exit (the time says nothing about where they differ).
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 std::string frame_text(const zmq::message_t& m) { return std::string(m.data<char>(), m.size()); }

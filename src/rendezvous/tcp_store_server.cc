@@ -21,7 +21,11 @@
 #include <optional>
 
 #include "common/deadline.h"
+#include "common/log_limiter.h"
 #include "common/logging.h"
+#include "common/secret.h"
+#include "rendezvous/socket_peers.h"
+#include "rendezvous/spare_descriptors.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store_wire.h"
 
@@ -36,211 +40,6 @@ using wire::kMaxHelloBytes;
 constexpr std::size_t kReadChunk = 64 * 1024;
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
-
-// "10.0.0.3:51234" or "[::1]:51234".
-std::string peer_text(const sockaddr_storage& a) {
-  char host[NI_MAXHOST] = "?", serv[NI_MAXSERV] = "?";
-  ::getnameinfo(reinterpret_cast<const sockaddr*>(&a), sizeof(a), host, sizeof(host), serv,
-                sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
-  const bool v6 = a.ss_family == AF_INET6;
-  return (v6 ? "[" : "") + std::string(host) + (v6 ? "]:" : ":") + serv;
-}
-
-bool is_loopback(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (a.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
-    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
-    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
-  }
-  return false;
-}
-
-enum class Owner { kFound, kNotFound, kUnreadable };
-
-// One end of a TCP connection as the kernel's socket table prints it: an address as 32-bit
-// words (in memory order, %08X; 1 for IPv4, 4 for IPv6) and a port (host order, %04X).
-struct TableEnd {
-  std::uint32_t words[4] = {};
-  int nwords = 0;
-  unsigned port = 0;
-};
-
-// The owner of the socket whose local end is `them` and remote end `us`, in tcp (1-word
-// ends) or tcp6 (4-word ends).
-Owner find_in_table(const TableEnd& them, const TableEnd& us, uid_t* uid, std::string* error) {
-  const char* path = them.nwords == 1 ? "/proc/net/tcp" : "/proc/net/tcp6";
-  std::ifstream table(path);
-  std::string line;
-  if (!table.is_open() || !std::getline(table, line)) {  // the header
-    *error = std::string("cannot read ") + path + ": " + errno_text(errno);
-    return Owner::kUnreadable;
-  }
-  auto parse = [](const char* text, int nwords, TableEnd* e) {
-    for (int w = 0; w < nwords; ++w) {
-      unsigned word = 0;
-      if (std::sscanf(text + 8 * w, "%8X", &word) != 1) return false;
-      e->words[w] = word;
-    }
-    return std::sscanf(text + 8 * nwords, ":%4X", &e->port) == 1;
-  };
-  while (std::getline(table, line)) {
-    // "  sl  local_address rem_address   st tx_queue:rx_queue tr:when retrnsmt   uid ..."
-    char local_text[64], remote_text[64];
-    unsigned st = 0, owner = 0;
-    if (std::sscanf(line.c_str(), " %*d: %63s %63s %X %*s %*s %*s %u", local_text, remote_text, &st,
-                    &owner) != 4) {
-      continue;
-    }
-    TableEnd l, r;
-    l.nwords = r.nwords = them.nwords;
-    if (!parse(local_text, them.nwords, &l) || !parse(remote_text, them.nwords, &r)) continue;
-    const auto same = [](const TableEnd& x, const TableEnd& y) {
-      return x.port == y.port && std::memcmp(x.words, y.words, 4 * x.nwords) == 0;
-    };
-    if (same(l, them) && same(r, us)) {
-      *uid = static_cast<uid_t>(owner);
-      return Owner::kFound;
-    }
-  }
-  return Owner::kNotFound;
-}
-
-// The owner (uid) of the loopback peer socket at `peer` connected to our `local`, from
-// /proc/net/tcp and tcp6 (the kernel's socket tables of this network namespace):
-// kNotFound when it is in neither, kUnreadable when a table cannot be read (*error says
-// why).
-Owner loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local, uid_t* uid,
-                        std::string* error) {
-  auto end_of = [](const sockaddr_storage& a, TableEnd* e) {
-    if (a.ss_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-      e->words[0] = in->sin_addr.s_addr;
-      e->nwords = 1;
-      e->port = ntohs(in->sin_port);
-      return;
-    }
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
-    e->port = ntohs(in6->sin6_port);
-    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-      std::memcpy(&e->words[0], &in6->sin6_addr.s6_addr[12], 4);
-      e->nwords = 1;
-    } else {
-      std::memcpy(e->words, in6->sin6_addr.s6_addr, 16);
-      e->nwords = 4;
-    }
-  };
-  TableEnd them, us;
-  end_of(peer, &them);
-  end_of(local, &us);
-  if (them.nwords != us.nwords) return Owner::kNotFound;
-  const Owner found = find_in_table(them, us, uid, error);
-  if (found != Owner::kNotFound || them.nwords == 4) return found;
-  // An IPv6 socket of the peer's (connected to ::ffff:127.0.0.1) is listed in tcp6, both
-  // ends in their v4-mapped form (another user's process could slip past otherwise).
-  const auto mapped = [](const TableEnd& e) {
-    TableEnd m;
-    m.nwords = 4;
-    m.port = e.port;
-    const unsigned char prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    std::memcpy(m.words, prefix, 12);
-    m.words[3] = e.words[0];
-    return m;
-  };
-  return find_in_table(mapped(them), mapped(us), uid, error);
-}
-
-// Descriptors held in reserve (/dev/null) for the moments this process has none left: the
-// server lends them out while it handles an accept() that failed for want of descriptors
-// (its log line, and the sanitizers' own checks, may need one) and while it reads the
-// kernel's socket table for a connection it has just accepted with the last free one.
-class SpareDescriptors {
- public:
-  static constexpr int kCount = 2;
-  SpareDescriptors() { take(); }
-  ~SpareDescriptors() { give(); }
-  SpareDescriptors(const SpareDescriptors&) = delete;
-  SpareDescriptors& operator=(const SpareDescriptors&) = delete;
-
-  // Closes the spares for the guard's lifetime, then opens them again (as many as it can:
-  // another thread may have taken the freed numbers meanwhile; the rest are retried on the
-  // next lending).
-  class Lent {
-   public:
-    explicit Lent(SpareDescriptors& s) : s_(s) { s_.give(); }
-    ~Lent() { s_.take(); }
-    Lent(const Lent&) = delete;
-    Lent& operator=(const Lent&) = delete;
-
-   private:
-    SpareDescriptors& s_;
-  };
-
- private:
-  void give() {
-    for (int& fd : fds_) {
-      if (fd >= 0) ::close(fd);
-      fd = -1;
-    }
-  }
-  void take() {
-    for (int& fd : fds_) {
-      if (fd < 0) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    }
-  }
-  int fds_[kCount] = {-1, -1};
-};
-
-// At most kShown lines of one kind of warning per kWindow; the rest are counted and said
-// in one line when the next window opens (a flood of strangers or a full descriptor table
-// once wrote 260 015 lines in 4 s).
-class LogLimiter {
- public:
-  static constexpr int kShown = 10;
-  static constexpr auto kWindow = std::chrono::seconds(10);
-  // True when this occurrence may be logged; `what` names the kind in the summary line.
-  bool allow(const std::string& name, const char* what) {
-    const Deadline now = Clock::now();
-    if (now - since_ >= kWindow) {
-      if (hidden_ > 0) {
-        KOLO_LOG(kWarning, "store") << name << ": " << hidden_ << " more " << what
-                                    << " in the last " << kWindow.count() << " s (not shown)";
-      }
-      since_ = now;
-      shown_ = hidden_ = 0;
-    }
-    if (shown_ < kShown) {
-      ++shown_;
-      return true;
-    }
-    ++hidden_;
-    return false;
-  }
-
- private:
-  Deadline since_{};
-  int shown_ = 0;
-  long hidden_ = 0;
-};
-
-// Equal without an early exit, so the time taken says nothing about which byte differs.
-// (The length is not secret: kolorun's secrets all have one length.)
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-Deadline after_ns(std::int64_t ns) {
-  const Deadline now = Clock::now();
-  if (ns <= 0) return now;
-  const auto d = std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns));
-  return d >= Deadline::max() - now ? Deadline::max() : now + d;
-}
 
 struct Parked {
   Message request;
@@ -364,55 +163,13 @@ class TcpStoreServer::Loop {
         return;
       }
       const std::string peer = peer_text(addr);
-      if (secret_.empty() && !is_loopback(addr)) {
+      if (const std::string why = why_refused(fd, addr); !why.empty()) {
         refused_->fetch_add(1);
         if (refusal_log_.allow(name_, "refused connections")) {
-          KOLO_LOG(kWarning, "store")
-              << name_ << ": refused " << peer
-              << ": this server has no job secret, so it accepts only processes on this host "
-                 "(set KOLO_RENDEZVOUS_SECRET for a multi-host job)";
+          KOLO_LOG(kWarning, "store") << name_ << ": refused " << peer << ": " << why;
         }
         ::close(fd);
         continue;
-      }
-      if (secret_.empty()) {
-        // Without a secret, this host's other users are strangers too: only this user's
-        // processes may join (the owner of the peer's socket, as the kernel's table says).
-        sockaddr_storage local{};
-        socklen_t local_len = sizeof(local);
-        uid_t owner = 0;
-        std::string error = "getsockname failed";
-        Owner found = Owner::kUnreadable;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0) {
-          const SpareDescriptors::Lent lent(spares_);  // this fd may have been the last one
-          found = loopback_peer_uid(addr, local, &owner, &error);
-        }
-        if (found == Owner::kNotFound) error = "its socket is in neither /proc/net/tcp nor tcp6";
-        if (found != Owner::kFound) {
-          // Not knowing whose process it is, the server does not let it in (a kolo client
-          // whose connection is closed before its hello connects again).
-          refused_->fetch_add(1);
-          if (refusal_log_.allow(name_, "refused connections")) {
-            KOLO_LOG(kWarning, "store")
-                << name_ << ": refused " << peer << ": cannot tell which user's process it is ("
-                << error << "); a server without a job secret accepts only its own user's "
-                << "processes (set KOLO_RENDEZVOUS_SECRET to admit others)";
-          }
-          ::close(fd);
-          continue;
-        }
-        if (owner != ::geteuid()) {
-          refused_->fetch_add(1);
-          if (refusal_log_.allow(name_, "refused connections")) {
-            KOLO_LOG(kWarning, "store")
-                << name_ << ": refused " << peer << ": its process runs as uid " << owner
-                << ", not this job's uid " << ::geteuid()
-                << " (a server without a job secret accepts only its own user's processes; "
-                   "set KOLO_RENDEZVOUS_SECRET to admit others)";
-          }
-          ::close(fd);
-          continue;
-        }
       }
       int strangers = 0;
       for (const auto& other : conns_) strangers += other.authed || other.dead ? 0 : 1;
@@ -429,6 +186,42 @@ class TcpStoreServer::Loop {
       c.hello_by = c.accepted + hello_timeout_;
       conns_.push_back(std::move(c));
     }
+  }
+
+  // Why a server without a job secret does not let the process at `addr` in (empty: it
+  // may come in). Such a server accepts only this host's processes of this user: this
+  // host's other users are strangers too (the owner of the peer's socket, as the kernel's
+  // table says). With a secret, everyone may try their hello.
+  std::string why_refused(int fd, const sockaddr_storage& addr) {
+    if (!secret_.empty()) return "";
+    if (!is_loopback(addr)) {
+      return "this server has no job secret, so it accepts only processes on this host (set "
+             "KOLO_RENDEZVOUS_SECRET for a multi-host job)";
+    }
+    sockaddr_storage local{};
+    socklen_t local_len = sizeof(local);
+    uid_t owner = 0;
+    std::string error = "getsockname failed";
+    Owner found = Owner::kUnreadable;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0) {
+      const SpareDescriptors::Lent lent(spares_);  // this fd may have been the last one
+      found = loopback_peer_uid(addr, local, &owner, &error);
+    }
+    if (found == Owner::kNotFound) error = "its socket is in neither /proc/net/tcp nor tcp6";
+    if (found != Owner::kFound) {
+      // Not knowing whose process it is, the server does not let it in (a kolo client
+      // whose connection is closed before its hello connects again).
+      return "cannot tell which user's process it is (" + error +
+             "); a server without a job secret accepts only its own user's processes (set "
+             "KOLO_RENDEZVOUS_SECRET to admit others)";
+    }
+    if (owner != ::geteuid()) {
+      return "its process runs as uid " + std::to_string(owner) + ", not this job's uid " +
+             std::to_string(::geteuid()) +
+             " (a server without a job secret accepts only its own user's processes; set "
+             "KOLO_RENDEZVOUS_SECRET to admit others)";
+    }
+    return "";
   }
 
   // Closes and forgets the connections marked dead.
@@ -548,7 +341,7 @@ class TcpStoreServer::Loop {
       if (serve(q, /*may_wait=*/q.number > 0, &r, &changed)) {
         send_reply(c, r);
       } else {
-        const Deadline deadline = after_ns(q.number);
+        const Deadline deadline = deadline_after_ns(q.number);
         c.parked = Parked{std::move(q), deadline};
       }
     }
@@ -712,7 +505,7 @@ class TcpStoreServer::Loop {
   std::list<Connection> conns_;
   std::map<std::string, std::string> values_;
   std::optional<Deadline> accept_paused_until_;  // accept() failed for want of descriptors
-  LogLimiter accept_log_, refusal_log_;
+  LogLimiter accept_log_{"store"}, refusal_log_{"store"};
   SpareDescriptors spares_;
 };
 

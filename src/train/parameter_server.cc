@@ -14,8 +14,6 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "core/config.h"
-#include "core/tf_config.h"
 #include "kolo/error.h"
 #include "kolo/torch.h"
 #include "kolo/train/parameter_server.h"
@@ -23,6 +21,9 @@
 #include "ps/partition.h"
 #include "ps/ps_service.h"
 #include "ps/rpc.h"
+#include "ps/task.h"
+#include "startup/config.h"
+#include "startup/tf_config.h"
 #include "train/ps_impl.h"
 #include "train/strategy_impl.h"
 
@@ -91,7 +92,7 @@ ps::UpdateRule update_rule(const OptimizerSpec& spec) {
   return r;
 }
 
-// KOLO_* options through the registry (core/options.def): parsed once, checked, with
+// KOLO_* options through the registry (startup/options.def): parsed once, checked, with
 // the registry's defaults and messages.
 core::Config options_from_environment() {
   core::Config c;
@@ -103,108 +104,6 @@ core::Config options_from_environment() {
 
 void check_status(const Status& s) {
   if (!s.ok()) throw_error(s.code(), s.message());
-}
-
-// ---------------------------------------------------------------- tensors as bytes
-
-std::string encode_tensor(const torch::Tensor& t) {
-  if (!t.defined()) return std::string();
-  const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
-  const auto dtype = static_cast<std::uint8_t>(to_kolo_dtype(c.scalar_type()));
-  const auto dims = static_cast<std::uint8_t>(c.dim());
-  std::string out;
-  out.push_back(static_cast<char>(dtype));
-  out.push_back(static_cast<char>(dims));
-  for (std::int64_t d : c.sizes()) out.append(reinterpret_cast<const char*>(&d), sizeof d);
-  out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
-  return out;
-}
-
-torch::Tensor decode_tensor(const std::string& bytes) {
-  if (bytes.empty()) return torch::Tensor();
-  if (bytes.size() < 2) throw Error(ErrorCode::kInvalidArgument, "a step's tensor is truncated");
-  const auto dtype = static_cast<DataType>(static_cast<std::uint8_t>(bytes[0]));
-  const int dims = static_cast<std::uint8_t>(bytes[1]);
-  if (static_cast<int>(dtype) >= kNumDataTypes || bytes.size() < 2 + 8 * std::size_t(dims)) {
-    throw Error(ErrorCode::kInvalidArgument, "a step's tensor has a bad header");
-  }
-  std::vector<std::int64_t> shape(dims);
-  std::memcpy(shape.data(), bytes.data() + 2, 8 * std::size_t(dims));
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) {
-    if (d < 0) throw Error(ErrorCode::kInvalidArgument, "a step's tensor has a negative size");
-    n *= d;
-  }
-  const std::size_t offset = 2 + 8 * std::size_t(dims);
-  if (bytes.size() - offset != std::size_t(n) * dtype_size(dtype)) {
-    throw Error(ErrorCode::kInvalidArgument, "a step's tensor has the wrong number of bytes");
-  }
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(to_torch_dtype(dtype)));
-  std::memcpy(t.data_ptr(), bytes.data() + offset, bytes.size() - offset);
-  return t;
-}
-
-// ---------------------------------------------------------------- ClusterResolver
-
-ClusterResolver::ClusterResolver(ClusterSpec cluster, std::string task_type, int task_index)
-    : cluster_(std::move(cluster)), type_(std::move(task_type)), index_(task_index) {
-  const auto* tasks = type_ == "chief"       ? &cluster_.chief
-                      : type_ == "worker"    ? &cluster_.worker
-                      : type_ == "ps"        ? &cluster_.ps
-                      : type_ == "evaluator" ? &cluster_.evaluator
-                                             : nullptr;
-  if (tasks == nullptr) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "ClusterResolver: unknown task type '" + type_ +
-                    "' (the task types are chief, worker, ps and evaluator)");
-  }
-  if (type_ != "evaluator" && (index_ < 0 || index_ >= static_cast<int>(tasks->size()))) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "ClusterResolver: task index " + std::to_string(index_) + " is out of range for " +
-                    std::to_string(tasks->size()) + " '" + type_ + "' tasks");
-  }
-}
-
-ClusterResolver ClusterResolver::from_tf_config() {
-  core::TfConfig tf;
-  bool present = false;
-  check(core::parse_tf_config_from_env(&tf, &present));  // TensorFlow's validation and messages
-  if (!present) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "ClusterResolver: TF_CONFIG is not set; a parameter-server job needs it in every "
-                "task (kolorun --ps N -np M PROGRAM sets it), or build a ClusterResolver "
-                "from a ClusterSpec");
-  }
-  if (tf.task_type.empty()) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "ClusterResolver: TF_CONFIG has no \"task\"; every task of a parameter-server "
-                "job needs its type and index");
-  }
-  ClusterSpec c{tf.cluster.chief, tf.cluster.worker, tf.cluster.ps, tf.cluster.evaluator};
-  return ClusterResolver(std::move(c), tf.task_type, tf.task_index);
-}
-
-// ---------------------------------------------------------------- partitioners
-
-VariablePartitioner VariablePartitioner::fixed_shards(int num_shards) {
-  VariablePartitioner p;
-  p.kind = Kind::kFixedShards;
-  p.shards = num_shards;
-  return p;
-}
-VariablePartitioner VariablePartitioner::min_size(std::int64_t min_shard_bytes, int max_shards) {
-  VariablePartitioner p;
-  p.kind = Kind::kMinSize;
-  p.bytes = min_shard_bytes;
-  p.shards = max_shards;
-  return p;
-}
-VariablePartitioner VariablePartitioner::max_size(std::int64_t max_shard_bytes, int max_shards) {
-  VariablePartitioner p;
-  p.kind = Kind::kMaxSize;
-  p.bytes = max_shard_bytes;
-  p.shards = max_shards;
-  return p;
 }
 
 // ---------------------------------------------------------------- the strategy
@@ -263,55 +162,31 @@ ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p
     co.self = self;
     client = std::make_unique<ps::PsClient>(co);
   }
-  if (is_chief()) heartbeat = std::thread([this] { heartbeat_loop(); });
+  if (is_chief()) heartbeat = std::make_unique<ps::ChiefHeartbeat>(other_tasks(), secret, self);
 }
 
-void ParameterServerStrategy::PsImpl::heartbeat_loop() {
+std::vector<ps::TaskAddress> ParameterServerStrategy::PsImpl::other_tasks() const {
   const ClusterSpec& c = resolver.cluster_spec();
-  std::vector<std::unique_ptr<ps::RpcClient>> clients;
-  const auto add = [&](const std::string& address, const std::string& name) {
-    ps::RpcClientOptions o;
-    o.endpoint = connect_endpoint(address);
-    o.secret = secret;
-    o.peer = name;
-    o.self = self;
-    clients.push_back(std::make_unique<ps::RpcClient>(o));
-  };
-  for (std::size_t i = 0; i < c.worker.size(); ++i) add(c.worker[i], task_name("worker", int(i)));
-  for (std::size_t i = 0; i < c.ps.size(); ++i) add(c.ps[i], task_name("ps", int(i)));
-  std::vector<bool> answered(clients.size(), false), silent(clients.size(), false);
-  std::vector<int> missed(clients.size(), 0);  // heartbeats unanswered in a row
-  std::unique_lock<std::mutex> lock(heartbeat_mu);
-  went_silent.assign(clients.size(), false);
-  while (!heartbeat_stop) {
-    lock.unlock();
-    for (std::size_t i = 0; i < clients.size(); ++i) {
-      ps::Message req{"chief.heartbeat", {}, {}}, reply;
-      // A task not up yet is fine; one that answered before and has missed the last two
-      // (a second each, 0.5 s to answer: one slow answer is not silence) went silent.
-      const bool ok = clients[i]->call(req, &reply, deadline_after(0.5)).ok();
-      missed[i] = ok ? 0 : missed[i] + 1;
-      silent[i] = answered[i] && missed[i] >= 2;
-      answered[i] = answered[i] || ok;
-    }
-    lock.lock();
-    went_silent = silent;
-    heartbeat_cv.wait_for(lock, std::chrono::seconds(1), [&] { return heartbeat_stop; });
+  std::vector<ps::TaskAddress> tasks;
+  for (std::size_t i = 0; i < c.worker.size(); ++i) {
+    tasks.push_back({connect_endpoint(c.worker[i]), task_name("worker", static_cast<int>(i))});
   }
+  for (std::size_t i = 0; i < c.ps.size(); ++i) {
+    tasks.push_back({connect_endpoint(c.ps[i]), task_name("ps", static_cast<int>(i))});
+  }
+  return tasks;
 }
 
 ParameterServerStrategy::PsImpl::~PsImpl() {
-  if (heartbeat.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(heartbeat_mu);
-      heartbeat_stop = true;
-    }
-    heartbeat_cv.notify_all();
-    heartbeat.join();
+  std::vector<bool> silent;
+  if (heartbeat) {
+    silent = heartbeat->went_silent();
+    heartbeat.reset();
   }
   if (is_chief()) {
     coordinator.reset();
-    stop_tasks(deadline_after(std::min(3.0, options.timeout_seconds)));
+    ps::stop_tasks(other_tasks(), silent, secret, self,
+                   deadline_after(std::min(3.0, options.timeout_seconds)));
   }
   if (ps_service) ps_service->shutdown();
   if (server) server->stop();
@@ -348,44 +223,6 @@ void ParameterServerStrategy::PsImpl::sync_learning_rate(double lr) {
   if (lr == learning_rate_sent) return;
   check(client->set_learning_rate(lr, deadline()));
   learning_rate_sent = lr;
-}
-
-void ParameterServerStrategy::PsImpl::stop_tasks(Deadline d) {
-  const ClusterSpec& c = resolver.cluster_spec();
-  std::vector<std::pair<std::string, std::string>> tasks;  // endpoint, name
-  for (std::size_t i = 0; i < c.worker.size(); ++i) {
-    tasks.emplace_back(connect_endpoint(c.worker[i]), task_name("worker", static_cast<int>(i)));
-  }
-  for (std::size_t i = 0; i < c.ps.size(); ++i) {
-    tasks.emplace_back(connect_endpoint(c.ps[i]), task_name("ps", static_cast<int>(i)));
-  }
-  std::vector<bool> silent;
-  {
-    std::lock_guard<std::mutex> lock(heartbeat_mu);
-    silent = went_silent;
-  }
-  silent.resize(tasks.size(), false);
-  std::vector<std::thread> stops;
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    // A task that stopped answering heartbeats (a ps task killed before the job ended) is
-    // given a moment, not the whole bound: it held the chief's exit for 3 s.
-    const Deadline brief = deadline_after(0.2);
-    const Deadline until = silent[i] && brief < d ? brief : d;
-    stops.emplace_back([this, t = tasks[i], d = until] {
-      ps::RpcClientOptions o;
-      o.endpoint = t.first;
-      o.secret = secret;
-      o.peer = t.second;
-      o.self = self;
-      ps::RpcClient stop(o);
-      ps::Message req{"stop", {}, {}}, reply;
-      Status s = stop.call(req, &reply, d);
-      if (!s.ok()) {
-        KOLO_LOG(kInfo, "ps") << t.second << " was not told to stop: " << s.message();
-      }
-    });
-  }
-  for (std::thread& t : stops) t.join();
 }
 
 std::int64_t ParameterServerStrategy::PsImpl::sync_round() const {
@@ -589,19 +426,11 @@ void ParameterServerStrategy::PsImpl::serve() {
   so.secret = secret;
   so.name = self;
   server = std::make_unique<ps::RpcServer>(so);
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
-  bool stopped = false;
+  std::function<bool(Deadline)> stopped;
   if (type == "ps") {
     ps_service = std::make_unique<ps::PsService>(*server);
-    server->handle("stop", [&](const ps::Message&, ps::Message*, Deadline) {
-      {
-        std::lock_guard<std::mutex> lock(stop_mu);
-        stopped = true;
-      }
-      stop_cv.notify_all();
-      return Status::OK();
-    });
+    auto stop = std::make_shared<ps::StopSignal>(*server);
+    stopped = [stop](Deadline d) { return stop->wait_until(d); };
   } else {
     worker_service = std::make_unique<ps::WorkerService>(*server);
     std::lock_guard<std::mutex> lock(mu);
@@ -619,46 +448,20 @@ void ParameterServerStrategy::PsImpl::serve() {
                                       }
                                     });
     }
+    stopped = [this](Deadline d) { return worker_service->wait_until_stopped(d).ok(); };
   }
-  // The chief's heartbeat (PsImpl::heartbeat_loop): a task whose chief is gone without
-  // telling it to stop (it died, with no launcher to stop this task) stops serving in the
-  // bound instead of waiting forever.
-  std::atomic<std::int64_t> last_heard{0};  // steady-clock ticks; 0: never
-  server->handle("chief.heartbeat", [&last_heard](const ps::Message&, ps::Message*, Deadline) {
-    last_heard.store(Clock::now().time_since_epoch().count());
-    return Status::OK();
-  });
-  check(server->start());
-  KOLO_LOG(kInfo, "ps") << self << " serves at " << server->endpoint();
-  const Deadline started = Clock::now();
-  const double start_bound = start_timeout_seconds;
-  const std::string chief = task_name("chief", 0);
-  for (;;) {
-    bool done;
-    if (type == "worker") {
-      done = worker_service->wait_until_stopped(deadline_after(1)).ok();
-    } else {
-      std::unique_lock<std::mutex> lock(stop_mu);
-      done = stop_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopped; });
-    }
-    if (done) break;
-    const std::int64_t heard = last_heard.load();
-    const auto since =
-        heard == 0 ? Clock::now() - started : Clock::now() - Deadline(Clock::duration(heard));
-    const double bound = heard == 0 ? start_bound : options.timeout_seconds;
-    if (since > seconds_duration(bound)) {
-      if (ps_service) ps_service->shutdown();
-      server->stop();
-      throw Error(ErrorCode::kPeerFailure,
-                  self + ": the chief " + chief +
-                      (heard == 0 ? " never came" : " has not been heard from") + " in " +
-                      std::to_string(static_cast<long long>(bound)) + " s (" +
-                      (heard == 0 ? "KOLO_START_TIMEOUT_SECONDS" : "KOLO_PEER_TIMEOUT_SECONDS") +
-                      "); it ended without stopping this task, or died; this task stops serving");
-    }
-  }
+  // The chief's heartbeat (ps::ChiefHeartbeat): a task whose chief is gone without telling
+  // it to stop (it died, with no launcher to stop this task) stops serving in the bound
+  // instead of waiting forever.
+  ps::ServeOptions o;
+  o.self = self;
+  o.chief = task_name("chief", 0);
+  o.start_timeout_seconds = start_timeout_seconds;
+  o.peer_timeout_seconds = options.timeout_seconds;
+  const Status s = ps::serve_until_stopped(*server, o, stopped);
   if (ps_service) ps_service->shutdown();
   server->stop();
+  check(s);
 }
 
 ParameterServerStrategy::ParameterServerStrategy(ClusterResolver resolver,
@@ -725,53 +528,6 @@ void ParameterServerStrategy::join() const { impl_->ps->serve(); }
 
 std::uint64_t ParameterServerStrategy::push_bytes_sent() const {
   return impl_->ps->client ? impl_->ps->client->push_bytes_sent() : 0;
-}
-
-// ---------------------------------------------------------------- the coordinator
-
-struct RemoteValue::Impl {
-  ps::RemoteValue value;
-};
-
-torch::Tensor RemoteValue::fetch() const {
-  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "RemoteValue: never scheduled");
-  std::string bytes;
-  check(impl_->value.fetch(&bytes));
-  return decode_tensor(bytes);
-}
-bool RemoteValue::ready() const { return impl_ && impl_->value.ready(); }
-int RemoteValue::worker() const { return impl_ ? impl_->value.worker() : -1; }
-int RemoteValue::attempts() const { return impl_ ? impl_->value.attempts() : 0; }
-
-struct ClusterCoordinator::Impl {
-  std::shared_ptr<ParameterServerStrategy::PsImpl> ps;
-  ps::Coordinator* coordinator = nullptr;
-};
-
-ClusterCoordinator::ClusterCoordinator(const ParameterServerStrategy& strategy)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->ps = strategy.impl_->ps;
-  impl_->coordinator = &impl_->ps->coordinator_for_chief();
-}
-
-// The workers and ps tasks are told to stop when the chief's strategy ends (its last
-// handle), so that fit and evaluate may still run after this coordinator.
-ClusterCoordinator::~ClusterCoordinator() = default;
-
-RemoteValue ClusterCoordinator::schedule(const std::string& step, const torch::Tensor& args) {
-  auto v = std::make_shared<RemoteValue::Impl>();
-  check(impl_->coordinator->schedule(step, encode_tensor(args), &v->value));
-  return RemoteValue(v);
-}
-
-void ClusterCoordinator::join() { check(impl_->coordinator->join()); }
-bool ClusterCoordinator::done() const { return impl_->coordinator->done(); }
-int ClusterCoordinator::workers_up() const { return impl_->coordinator->workers_up(); }
-std::int64_t ClusterCoordinator::worker_failures() const {
-  return impl_->coordinator->worker_failures();
-}
-std::int64_t ClusterCoordinator::worker_rejoins() const {
-  return impl_->coordinator->worker_rejoins();
 }
 
 }  // namespace kolo::train

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "startup/config.h"
 #include "train/progbar_format.h"
 
 namespace kolo::train {
@@ -59,12 +60,7 @@ double steady_seconds() {
 
 bool detect_dynamic(std::FILE* out) {
   // kolorun tells its workers whether its own stdout is a terminal (docs/launcher.md).
-  if (const char* v = std::getenv("KOLO_TERMINAL"); v != nullptr) {
-    if (std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "0") == 0) return false;
-  }
-  const int fd = ::fileno(out);
-  return fd >= 0 && ::isatty(fd) == 1;
+  return core::output_is_terminal(core::process_env(), ::fileno(out));
 }
 
 std::int64_t known(std::int64_t steps) { return steps >= 0 ? steps : -1; }

@@ -18,6 +18,7 @@
 #include "ps/partition.h"
 #include "ps/ps_service.h"
 #include "ps/rpc.h"
+#include "ps/task.h"
 
 namespace kolo::train {
 
@@ -58,16 +59,9 @@ struct ParameterServerStrategy::PsImpl {
   std::shared_ptr<std::mutex> step_mu = std::make_shared<std::mutex>();  // one step at a time
 
   // The chief: a heartbeat to every worker and ps task each second, so that a task whose
-  // chief died stops serving in the bound (serve()).
-  std::thread heartbeat;
-  std::mutex heartbeat_mu;
-  std::condition_variable heartbeat_cv;
-  bool heartbeat_stop = false;  // GUARDED_BY(heartbeat_mu)
-  // Per task (the workers, then the ps tasks, in the cluster's order): it answered a
-  // heartbeat once and then missed two in a row (it died, or hangs). Telling such a task to
-  // stop at the end waits only briefly, so a dead task does not hold the chief's exit.
-  std::vector<bool> went_silent;  // GUARDED_BY(heartbeat_mu)
-  void heartbeat_loop();
+  // chief died stops serving in the bound (serve()), and one that went silent is told to
+  // stop only briefly at the end (a dead task does not hold the chief's exit).
+  std::unique_ptr<ps::ChiefHeartbeat> heartbeat;
 
   std::unique_ptr<ps::Coordinator> coordinator;  // the chief's, made on first use
   double learning_rate_sent = -1;                // the chief: the ps tasks' rate
@@ -79,8 +73,8 @@ struct ParameterServerStrategy::PsImpl {
   ps::Coordinator& coordinator_for_chief();
   // The chief: tells the ps tasks when the learning rate (a callback's) has changed.
   void sync_learning_rate(double lr);
-  // The chief, at the end: every worker's and ps task's join() returns.
-  void stop_tasks(Deadline d);
+  // Every worker and ps task (the workers, then the ps tasks, in the cluster's order).
+  std::vector<ps::TaskAddress> other_tasks() const;
   bool is_chief() const { return resolver.task_type() == "chief"; }
   // Binds the module's parameters to shards (the chief creates them).
   void bind(torch::nn::Module& module, const OptimizerSpec& optimizer, bool create);

@@ -126,7 +126,7 @@ class Communicator {
   }
 
   // Optional: a transport with two allreduce algorithms (hierarchical: shared memory per
-  // host and MPI across hosts, or flat MPI over all ranks) lets autotune switch between
+  // host and the base transport across hosts, or flat over all ranks) lets autotune switch between
   // them. Every rank must switch between the same two calls (the runtime does it between
   // the same two cycles). Results are the same either way up to the order of the fold.
   virtual bool can_switch_hierarchical() const { return false; }

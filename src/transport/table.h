@@ -31,9 +31,9 @@ class Store;
 namespace kolo::transport {
 
 // What a transport factory is handed: its slice of the parsed configuration (the KOLO_*
-// options of core/options.def, already validated), of the launch environment, the job's
+// options of startup/options.def, already validated), of the launch environment, the job's
 // rendezvous store and a deadline. The core builds it (core::transport_context,
-// core/launch_env.h); a transport never reads the environment itself. The defaults are
+// startup/launch_env.h); a transport never reads the environment itself. The defaults are
 // those of an empty environment.
 struct TransportContext {
   // --- configuration ---
@@ -48,6 +48,8 @@ struct TransportContext {
   double peer_timeout_seconds = 60.0;
   // KOLO_GLOO_IFACE: the network interface Gloo binds to (empty: by host_addr).
   std::string gloo_iface;
+  // KOLO_GLOO_ALLREDUCE: kolo (kolo's ring) or gloo (gloo::allreduce) on the Gloo transport.
+  std::string gloo_allreduce = "kolo";
 
   // --- launch environment ---
   std::string launcher = "none";  // core::LaunchEnv::launcher: "kolorun", "mpirun", ...
@@ -58,7 +60,7 @@ struct TransportContext {
   // KOLO_HOST_ADDR: the address this process's transport listens on (kolorun sets it to
   // the host's name as it knows it); empty: this host's name.
   std::string host_addr;
-  // The job's rendezvous store (core/job_store.h); nullptr when the job has none (mpirun).
+  // The job's rendezvous store (startup/job_store.h); nullptr when the job has none (mpirun).
   // Keys a transport writes go under `store_prefix` ("init/<n>": the n-th kolo::init() of
   // this process, the same on every rank), so that init after shutdown meets afresh; keys
   // the launcher writes (launcher/...) are at the store's root.

@@ -19,8 +19,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/config.h"
 #include "run_kolorun.h"
+#include "startup/config.h"
 
 namespace kolo::launcher::testing {
 namespace {

@@ -17,9 +17,9 @@
 #include <set>
 #include <sstream>
 
-#include "core/tf_config.h"
 #include "launcher_test_util.h"
 #include "run_kolorun.h"
+#include "startup/tf_config.h"
 
 namespace kolo::launcher::testing {
 namespace {

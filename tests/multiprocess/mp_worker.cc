@@ -35,9 +35,9 @@
 
 #include <thread>
 
-#include "core/config.h"
 #include "core/testing/values.h"
 #include "kolo/kolo.h"
+#include "startup/config.h"
 
 namespace {
 

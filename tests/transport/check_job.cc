@@ -1,7 +1,7 @@
 // open_check_job (check_job.h).
 #include "check_job.h"
 
-#include "core/config.h"
+#include "startup/config.h"
 
 namespace kolo::transport::check {
 

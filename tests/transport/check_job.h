@@ -17,8 +17,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "core/job_store.h"
-#include "core/launch_env.h"
+#include "startup/job_store.h"
+#include "startup/launch_env.h"
 #include "transport/table.h"
 
 namespace kolo::transport::check {

@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
 #include "core/runtime.h"
+#include "startup/config.h"
 #include "transport/inproc/inproc.h"
 
 namespace kolo::core::testing {

@@ -39,6 +39,10 @@ struct GlooOptions {
   // KOLO_TEST_HOSTS (test-only; default 0 = off): fake this many hosts, cut into
   // contiguous blocks of ranks, as MpiOptions::test_hosts does.
   int test_hosts = 0;
+  // KOLO_GLOO_ALLREDUCE=gloo: allreduce through gloo::allreduce (gloo's own ring) instead
+  // of kolo's, for comparisons (bench/compare.sh). Every rank must say the same. Default
+  // false.
+  bool library_allreduce = false;
   // KOLO_PEER_TIMEOUT_SECONDS: gloo's timeout for calls whose deadline is unbounded
   // (Deadline::max()). Default 60 s.
   double timeout_seconds = 60;

@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/format.h"
 #include "transport/gloo/gloo_internal.h"
 
 namespace kolo::transport::gloo_impl {
@@ -110,12 +111,12 @@ Status GlooCommunicator::control_and(std::vector<std::uint64_t>& words, Deadline
         } catch (const std::exception& e) {
           set_waiting(nullptr);
           if (!is_timeout(e)) throw;
-          return PeerFailure(ranks_text(remaining) + " did not take part within " +
+          return PeerFailure(ranks_string(remaining) + " did not take part within " +
                              seconds_text(deadline - start));
         }
         set_waiting(nullptr);
       } while (!done && take_tick(Clock::now() - start, remaining));
-      if (!done) return PeerFailure("the wait for " + ranks_text(remaining) + " was aborted");
+      if (!done) return PeerFailure("the wait for " + ranks_string(remaining) + " was aborted");
       for (std::size_t k = 0; k < w; ++k) out[k] &= in[k];
       remaining.erase(std::remove(remaining.begin(), remaining.end(), from), remaining.end());
     }
@@ -179,7 +180,7 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
           done = head->waitRecv(&from, timeout(deadline));
           set_waiting(nullptr);
         } while (!done && take_tick(Clock::now() - start, remaining));
-        if (!done) return PeerFailure("the wait for " + ranks_text(remaining) + " was aborted");
+        if (!done) return PeerFailure("the wait for " + ranks_string(remaining) + " was aborted");
         remaining.erase(std::remove(remaining.begin(), remaining.end(), from), remaining.end());
         if (got == 0) continue;
         std::string& text = (*all)[static_cast<std::size_t>(from)];
@@ -196,7 +197,7 @@ Status GlooCommunicator::control_gather(const std::string& mine, std::vector<std
         return PeerFailure("a rank did not send its message within " +
                            seconds_text(deadline - start));
       }
-      return PeerFailure(ranks_text(remaining) + " did not take part within " +
+      return PeerFailure(ranks_string(remaining) + " did not take part within " +
                          seconds_text(deadline - start));
     }
     return Status::OK();

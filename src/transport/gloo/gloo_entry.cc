@@ -22,6 +22,7 @@ Status gloo_create(const TransportContext& context, std::unique_ptr<Communicator
   options.size = context.size;
   options.host_addr = context.host_addr;
   options.iface = context.gloo_iface;
+  options.library_allreduce = context.gloo_allreduce == "gloo";
   options.test_hosts = context.test_hosts;
   options.timeout_seconds = context.peer_timeout_seconds;
   options.deadline = context.deadline;

@@ -291,7 +291,5 @@ bool process_gone(int pid);
 // The "ip:port" texts in a gloo message, in order, each also with its port byte-swapped
 // first (Debian's gloo prints ports in network byte order).
 std::vector<std::string> addresses_in(const std::string& text);
-// "rank 2", "ranks 1, 3".
-std::string ranks_text(const std::vector<int>& ranks);
 
 }  // namespace kolo::transport::gloo_impl

@@ -23,10 +23,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/reduce.h"
+#include "transport/arg_checks.h"
 #include "transport/gloo/gloo_internal.h"
 
 namespace kolo::transport::gloo_impl {
@@ -66,16 +66,6 @@ void with_element_type(std::size_t element, F&& f) {
   }
 }
 
-// KOLO_GLOO_ALLREDUCE=gloo: allreduce through gloo::allreduce (gloo's own ring) instead of
-// kolo's, for comparisons (bench/compare.sh). Every rank must see the same value.
-bool gloo_library_allreduce() {
-  static const bool on = [] {
-    const char* v = std::getenv("KOLO_GLOO_ALLREDUCE");
-    return v != nullptr && std::string(v) == "gloo";
-  }();
-  return on;
-}
-
 }  // namespace
 
 Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op,
@@ -86,7 +76,7 @@ Status GlooCommunicator::allreduce(void* buffer, std::size_t count, DataType dty
                            ": average is not a transport op (the runtime sums, then scales)");
   }
   if (count == 0 || size() == 1) return Status::OK();
-  if (!gloo_library_allreduce()) {
+  if (!world_->options.library_allreduce) {
     return guarded("allreduce", deadline, [&] {
       return ring_allreduce({AllreducePiece{.in = buffer, .out = buffer, .count = count}}, dtype,
                             op, deadline);
@@ -127,7 +117,7 @@ Status GlooCommunicator::allreduce_pieces(const std::vector<AllreducePiece>& pie
   }
   const std::size_t es = dtype_size(dtype);
   Status s = Status::OK();
-  if (prescaled || (size() > 1 && gloo_library_allreduce())) {
+  if (prescaled || (size() > 1 && world_->options.library_allreduce)) {
     packed_.resize(total * es);
     char* at = packed_.data();
     for (const auto& p : pieces) {
@@ -214,13 +204,7 @@ Status GlooCommunicator::alltoallv(const void* send, const std::vector<std::size
                                    void* recv, const std::vector<std::size_t>& recv_bytes,
                                    Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check_usable("alltoallv"));
-  const auto n = static_cast<std::size_t>(size());
-  if (send_bytes.size() != n || recv_bytes.size() != n) {
-    return InvalidArgument(where("alltoallv") + ": send_bytes has " +
-                           std::to_string(send_bytes.size()) + " entries and recv_bytes " +
-                           std::to_string(recv_bytes.size()) + ", expected one per rank (" +
-                           std::to_string(n) + ")");
-  }
+  KOLO_RETURN_IF_ERROR(check_alltoallv_counts(where("alltoallv"), size(), send_bytes, recv_bytes));
   if (size() == 1) {
     if (send_bytes[0] != recv_bytes[0]) {
       return InvalidArgument(where("alltoallv") + ": sends " + std::to_string(send_bytes[0]) +

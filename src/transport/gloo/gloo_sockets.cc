@@ -91,13 +91,4 @@ std::vector<std::string> addresses_in(const std::string& text) {
   return out;
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(ranks[i]);
-  }
-  return s;
-}
-
 }  // namespace kolo::transport::gloo_impl

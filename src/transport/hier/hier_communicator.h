@@ -1,5 +1,6 @@
 // The hierarchical transport: allreduce for ranks on several hosts, with shared memory
-// inside each host and MPI across hosts (docs/hierarchical.md has the design and numbers).
+// inside each host and the base transport (Gloo or MPI) across hosts (docs/hierarchical.md has the
+// design and numbers).
 //
 // A HierarchicalCommunicator combines three communicators made from the job's MPI
 // communicator: the MPI communicator itself (for every operation it does not implement,

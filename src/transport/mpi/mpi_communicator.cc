@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "transport/arg_checks.h"
 #include "transport/mpi/mpi_internal.h"
 #include "transport/mpi/mpi_lifetime.h"
 
@@ -360,13 +361,7 @@ Status MpiCommunicator::alltoallv(const void* send, const std::vector<std::size_
                                   void* recv, const std::vector<std::size_t>& recv_bytes,
                                   Deadline deadline) {
   KOLO_RETURN_IF_ERROR(check_usable("alltoallv"));
-  const auto n = static_cast<std::size_t>(size());
-  if (send_bytes.size() != n || recv_bytes.size() != n) {
-    return InvalidArgument(where("alltoallv") + ": send_bytes has " +
-                           std::to_string(send_bytes.size()) + " entries and recv_bytes " +
-                           std::to_string(recv_bytes.size()) + ", expected one per rank (" +
-                           std::to_string(n) + ")");
-  }
+  KOLO_RETURN_IF_ERROR(check_alltoallv_counts(where("alltoallv"), size(), send_bytes, recv_bytes));
   KOLO_RETURN_IF_ERROR(
       int_layout(where("alltoallv"), "send_bytes", send_bytes, &counts_, &displs_));
   KOLO_RETURN_IF_ERROR(

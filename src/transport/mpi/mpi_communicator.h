@@ -30,7 +30,7 @@ namespace kolo::transport {
 Status create_mpi_communicator(std::unique_ptr<Communicator>* out);
 
 struct MpiOptions {
-  // KOLO_TEST_HOSTS (test-only; default 0 = off; read by core/launch_env.cc and handed
+  // KOLO_TEST_HOSTS (test-only; default 0 = off; read by startup/launch_env.cc and handed
   // over in the TransportContext): pretend the ranks run on this many hosts,
   // cut into contiguous blocks of ranks (rank r is on host r * hosts / size), instead of
   // asking MPI which ranks share memory. Lets one machine exercise multi-host code paths

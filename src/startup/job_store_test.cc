@@ -1,4 +1,4 @@
-// open_job_store and join_job (core/job_store.h) across real processes: each task is a
+// open_job_store and join_job (startup/job_store.h) across real processes: each task is a
 // forked child that detects its launch environment from an Env map (TF_CONFIG or
 // torch-style variables, as independent processes would see them), opens the job's store
 // on 127.0.0.1 and joins the job; the parent checks each task's result and how long it
@@ -6,7 +6,7 @@
 // errors naming them, within KOLO_START_TIMEOUT_SECONDS. The races at the bound (the host
 // giving up while another task times out or arrives) are tested in one process, over a
 // memory store that plays the host's give-up after each store operation of a join in turn.
-#include "core/job_store.h"
+#include "startup/job_store.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>

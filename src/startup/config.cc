@@ -3,7 +3,9 @@
 //
 // Not for: the declarations themselves (options.def) or what the options mean (the layers
 // that read their Config members).
-#include "core/config.h"
+#include "startup/config.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,8 +45,20 @@ const std::vector<OptionDoc>& launcher_variables() {
        "the job's secret for its store (32 hex digits; never on a command line)", ""},
       {"KOLO_HOST_ADDR", "set by kolorun",
        "the address of the worker's host as kolorun knows it (127.0.0.1 on one host)", ""},
+      {kTerminalVar, "set by kolorun",
+       "1: kolorun's output is a terminal (a line redrawn with \\r is shown in place), 0: it is "
+       "not",
+       ""},
   };
   return kVars;
+}
+
+bool output_is_terminal(const Env& env, int fd) {
+  if (auto it = env.find(kTerminalVar); it != env.end()) {
+    if (it->second == "1") return true;
+    if (it->second == "0") return false;
+  }
+  return fd >= 0 && ::isatty(fd) == 1;
 }
 
 namespace {
@@ -188,7 +202,7 @@ const std::vector<Option>& options() {
   static const std::vector<Option> kOptions = {
 #define KOLO_OPTION(type, member, name, default_value, accepts, doc) \
   make_option<type>(name, doc, accepts, &Config::member),
-#include "core/options.def"
+#include "startup/options.def"
 #undef KOLO_OPTION
   };
   return kOptions;

@@ -1,6 +1,6 @@
-// The option registry against what is written elsewhere: README.md's configuration
-// table and the option tables of docs/*.md (names and defaults must be the registry's),
-// and the TransportContext a transport is handed (core/launch_env.h).
+// The option registry against what is written elsewhere: docs/configuration.md's table
+// (every option) and the option tables of the other docs/*.md pages (names and defaults must be the
+// registry's), and the TransportContext a transport is handed (startup/launch_env.h).
 //
 // Not for: the parse itself (config_test.cc).
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/launch_env.h"
+#include "startup/config.h"
+#include "startup/launch_env.h"
 
 #ifndef KOLO_SOURCE_DIR
 #error "KOLO_SOURCE_DIR must name the source tree (src/core/CMakeLists.txt sets it)"
@@ -77,27 +77,27 @@ std::map<std::string, std::string> documented_defaults() {
 
 const std::filesystem::path kSource = KOLO_SOURCE_DIR;
 
-TEST(OptionsDocTest, ReadmeTableListsEveryOptionWithItsDefault) {
+TEST(OptionsDocTest, ConfigurationPageListsEveryOptionWithItsDefault) {
   const std::map<std::string, std::string> defaults = documented_defaults();
   std::set<std::string> listed;
-  for (const Row& row : variable_rows(read(kSource / "README.md"))) {
-    const std::string where = "README.md:" + std::to_string(row.line) + ": " + row.name;
+  for (const Row& row : variable_rows(read(kSource / "docs" / "configuration.md"))) {
+    const std::string where = "docs/configuration.md:" + std::to_string(row.line) + ": " + row.name;
     auto it = defaults.find(row.name);
     if (it == defaults.end()) {
-      ADD_FAILURE() << where << " is not an option of core/options.def";
+      ADD_FAILURE() << where << " is not an option of startup/options.def";
       continue;
     }
     EXPECT_TRUE(listed.insert(row.name).second) << where << " is listed twice";
-    EXPECT_EQ(row.value, it->second) << where << ": the default in core/options.def differs";
+    EXPECT_EQ(row.value, it->second) << where << ": the default in startup/options.def differs";
   }
   for (const auto& [name, value] : defaults) {
     EXPECT_EQ(listed.count(name), 1u)
-        << name << " (default " << value << ") is missing from README.md's configuration table";
+        << name << " (default " << value << ") is missing from docs/configuration.md's table";
   }
 }
 
-// docs/*.md may repeat some options in their own tables (docs/shm.md, ...): the defaults
-// there must be the registry's too. Other variables (KOLO_RANK, KOLO_TEST_HOSTS) are not
+// Other docs/*.md pages may repeat some options in their own tables (docs/shm.md, ...): the
+// defaults there must be the registry's too. Other variables (KOLO_RANK, KOLO_TEST_HOSTS) are not
 // options and are not checked.
 TEST(OptionsDocTest, DocsTablesGiveTheRegistryDefaults) {
   const std::map<std::string, std::string> defaults = documented_defaults();
@@ -110,7 +110,7 @@ TEST(OptionsDocTest, DocsTablesGiveTheRegistryDefaults) {
       ++checked;
       EXPECT_EQ(row.value, it->second)
           << entry.path().filename().string() << ":" << row.line << ": " << row.name
-          << ": the default in core/options.def differs";
+          << ": the default in startup/options.def differs";
     }
   }
   EXPECT_GT(checked, 0) << "no option table found under docs/";
@@ -126,6 +126,18 @@ TEST(TransportContextTest, DefaultsAreThoseOfAnEmptyEnvironment) {
   EXPECT_EQ(parsed.hierarchical, built.hierarchical);
   EXPECT_EQ(parsed.fusion_threshold_bytes, built.fusion_threshold_bytes);
   EXPECT_EQ(parsed.test_hosts, built.test_hosts);
+  EXPECT_EQ(parsed.gloo_allreduce, built.gloo_allreduce);
+}
+
+// KOLO_GLOO_ALLREDUCE reaches the Gloo transport through the context (it once read the
+// environment itself), and a value it does not know is an error naming it.
+TEST(TransportContextTest, GlooAllreduceComesFromTheRegistry) {
+  transport::TransportContext context;
+  ASSERT_TRUE(transport_context(Env{{"KOLO_GLOO_ALLREDUCE", "gloo"}}, &context).ok());
+  EXPECT_EQ(context.gloo_allreduce, "gloo");
+  const Status bad = transport_context(Env{{"KOLO_GLOO_ALLREDUCE", "ring"}}, &context);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("KOLO_GLOO_ALLREDUCE=ring"), std::string::npos) << bad.message();
 }
 
 TEST(TransportContextTest, CarriesTheParsedOptionsAndTheFakeHosts) {

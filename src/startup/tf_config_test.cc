@@ -1,6 +1,6 @@
-// parse_tf_config (core/tf_config.h): TensorFlow's TF_CONFIG rules, each error case with
+// parse_tf_config (startup/tf_config.h): TensorFlow's TF_CONFIG rules, each error case with
 // its message. Ranks and the store made from it: launch_env_test.cc.
-#include "core/tf_config.h"
+#include "startup/tf_config.h"
 
 #include <gtest/gtest.h>
 

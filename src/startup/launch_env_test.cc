@@ -1,7 +1,7 @@
-// detect_launch_env (core/launch_env.h): each launcher's variables and their precedence,
+// detect_launch_env (startup/launch_env.h): each launcher's variables and their precedence,
 // the store of each kind of job, and auto_transport. TF_CONFIG's own rules and messages:
 // tf_config_test.cc.
-#include "core/launch_env.h"
+#include "startup/launch_env.h"
 
 #include <gtest/gtest.h>
 

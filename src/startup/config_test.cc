@@ -1,5 +1,5 @@
-// parse_config and the option tables of core/config.h.
-#include "core/config.h"
+// parse_config and the option tables of startup/config.h.
+#include "startup/config.h"
 
 #include <gtest/gtest.h>
 
@@ -227,7 +227,7 @@ TEST(ConfigTest, DocumentedDefaultsParseToBuiltInDefaults) {
   const Config builtin = parse_ok({});
 #define KOLO_OPTION(type, member, name, default_value, accepts, doc) \
   EXPECT_EQ(documented.member, builtin.member) << name;
-#include "core/options.def"
+#include "startup/options.def"
 #undef KOLO_OPTION
 }
 
@@ -245,7 +245,7 @@ TEST(ConfigTest, EveryOptionParsesItsDefault) {
 TEST(ConfigTest, HelpRowsComeFromTheDeclarations) {
   const std::vector<std::string> declared = {
 #define KOLO_OPTION(type, member, name, default_value, accepts, doc) name,
-#include "core/options.def"
+#include "startup/options.def"
 #undef KOLO_OPTION
   };
   std::vector<std::string> listed;
@@ -254,7 +254,7 @@ TEST(ConfigTest, HelpRowsComeFromTheDeclarations) {
     EXPECT_GT(std::string(o.doc).size(), 10u) << o.name;
   }
   EXPECT_EQ(listed, declared);
-  EXPECT_EQ(listed.size(), 26u);
+  EXPECT_EQ(listed.size(), 27u);
 }
 
 // What each kind of option accepts, as the help says it and as its error message says it

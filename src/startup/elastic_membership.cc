@@ -1,4 +1,4 @@
-#include "core/elastic_membership.h"
+#include "startup/elastic_membership.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
-// join_generation (core/elastic_membership.h) over a memory store, with kolorun's side
+// join_generation (startup/elastic_membership.h) over a memory store, with kolorun's side
 // played by the test: plans written as the elastic driver writes them, members as threads.
-#include "core/elastic_membership.h"
+#include "startup/elastic_membership.h"
 
 #include <gtest/gtest.h>
 

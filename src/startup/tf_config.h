@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/config.h"
+#include "startup/config.h"
 
 namespace kolo::core {
 

@@ -1,12 +1,12 @@
 // Config: every KOLO_* runtime option, parsed once into an immutable value.
 //
-// Each option is declared once, in core/options.def (type, member, variable, default,
+// Each option is declared once, in startup/options.def (type, member, variable, default,
 // accepted values, one line of documentation); that list makes the members below, the
 // parse and the rows kolorun --help prints. Parsing reads an environment map, so tests
 // pass their own. Layers get their slice of the result (the transports: a
-// transport::TransportContext, see core/launch_env.h) and never read the environment.
+// transport::TransportContext, see startup/launch_env.h) and never read the environment.
 // Not for: launcher flags (src/launcher), per-operation options (include/kolo/kolo.h), or
-// the launch environment (rank, size, hosts: core/launch_env.h).
+// the launch environment (rank, size, hosts: startup/launch_env.h).
 #pragma once
 
 #include <cstdint>
@@ -33,11 +33,11 @@ constexpr double kMaxCycleTimeMs = 60 * 1000;
 // same range before its workers would refuse it).
 constexpr double kMinElasticTimeoutSeconds = 0.001;
 
-// One member per line of core/options.def, with its name, type and default there
+// One member per line of startup/options.def, with its name, type and default there
 // (cache_capacity, cycle_time_ms, peer_timeout_seconds, fusion_threshold_bytes, ...).
 struct Config {
 #define KOLO_OPTION(type, member, name, default_value, accepts, doc) type member = default_value;
-#include "core/options.def"
+#include "startup/options.def"
 #undef KOLO_OPTION
 };
 
@@ -56,5 +56,13 @@ struct OptionDoc {
 const std::vector<OptionDoc>& config_options();
 // Variables kolorun sets for each worker (documented for users of other launchers).
 const std::vector<OptionDoc>& launcher_variables();
+
+// One of them: set to 1 by kolorun for every worker when its own stdout is a terminal (or
+// is itself a kolorun's on a terminal), 0 when not. Progress bars then redraw in place, and
+// kolorun's shims and remote wrappers pass redraws on.
+inline constexpr const char* kTerminalVar = "KOLO_TERMINAL";
+// Whether output on `fd` ends up on a terminal: KOLO_TERMINAL=1 or 0 in `env` decides;
+// unset (or anything else), isatty(fd) (false for an fd < 0).
+bool output_is_terminal(const Env& env, int fd);
 
 }  // namespace kolo::core

@@ -1,6 +1,6 @@
 // detect_launch_env: each launcher's variables, in the precedence launch_env.h gives, and
 // the store each kind of job meets through.
-#include "core/launch_env.h"
+#include "startup/launch_env.h"
 
 #include <climits>
 #include <cstdlib>
@@ -307,7 +307,7 @@ std::string LaunchEnv::store_owner() const {
 }
 
 Status detect_launch_env(const Env& env, LaunchEnv* out) {
-  Config config;  // the store's address and secret are options (core/options.def)
+  Config config;  // the store's address and secret are options (startup/options.def)
   KOLO_RETURN_IF_ERROR(parse_config(env, &config));
   LaunchEnv e;
   KOLO_RETURN_IF_ERROR(detect(env, config, &e));
@@ -372,6 +372,7 @@ transport::TransportContext transport_context(const Config& config, const Launch
   context.local_size = launch.local_size;
   context.host_addr = config.host_addr;
   context.gloo_iface = config.gloo_iface;
+  context.gloo_allreduce = config.gloo_allreduce;
   return context;
 }
 

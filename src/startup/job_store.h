@@ -22,10 +22,10 @@
 #include <memory>
 
 #include "common/status.h"
-#include "core/config.h"
-#include "core/launch_env.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store_server.h"
+#include "startup/config.h"
+#include "startup/launch_env.h"
 
 namespace kolo::core {
 

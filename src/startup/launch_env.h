@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/tf_config.h"
+#include "startup/config.h"
+#include "startup/tf_config.h"
 #include "transport/table.h"
 
 namespace kolo::core {

@@ -1,11 +1,11 @@
 // parse_tf_config: TF_CONFIG's JSON (nlohmann-json) into a TfConfig, with TensorFlow's
 // validation rules and messages modelled on its own (multi_worker_util.py), so a user who
 // knows TensorFlow's errors recognises kolo's.
-#include "core/tf_config.h"
+#include "startup/tf_config.h"
 
 #include <nlohmann/json.hpp>
 
-#include "core/launch_env.h"
+#include "startup/launch_env.h"
 
 namespace kolo::core {
 namespace {

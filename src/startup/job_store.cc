@@ -1,7 +1,7 @@
 // open_job_store and join_job: the job's TCP store (server on the hosting process, a
 // client everywhere) and the start-up barrier, with errors that name tasks the way the
 // user started them (TF_CONFIG names, MASTER_PORT, ...) and say what to do.
-#include "core/job_store.h"
+#include "startup/job_store.h"
 
 #include <unistd.h>
 
