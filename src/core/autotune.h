@@ -35,8 +35,7 @@ struct AutotuneOptions {
   std::vector<std::int64_t> fusion_thresholds;  // empty: the default grid up to the start value
   std::vector<double> cycle_times_ms;           // empty: the default grid
   std::string log_path;                         // "" = no log
-  bool tune_hierarchical =
-      false;  // the transport can switch (Communicator::can_switch_hierarchical)
+  bool tune_hierarchical = false;  // the transport can switch (Communicator::algorithm_switch)
 };
 
 struct AutotuneSample {

@@ -169,7 +169,8 @@ bool Runtime::start_transport(transport::CycleBell** bell) {
       global.rank = topology_.rank;
       *bell = config_.cycle_on_demand ? comm_->cycle_bell() : nullptr;
       inbox_.set_bell(*bell);
-      tunables_.hierarchical = comm_->hierarchical();
+      const transport::AlgorithmSwitch* algorithms = comm_->algorithm_switch();
+      tunables_.hierarchical = algorithms != nullptr && algorithms->hierarchical();
     }
     start_status_ = status;
     running_ = status.ok();
@@ -191,7 +192,7 @@ void Runtime::loop() {
     options.warmup_samples = config_.autotune_warmup_samples;
     options.cycles_per_sample = config_.autotune_cycles_per_sample;
     options.log_path = config_.autotune_log;
-    options.tune_hierarchical = comm_->can_switch_hierarchical();
+    options.tune_hierarchical = comm_->algorithm_switch() != nullptr;
     loop.autotuner = std::make_unique<Autotuner>(tunables_, options);
   }
   loop.peer_timeout = seconds_duration(config_.peer_timeout_seconds);
@@ -375,12 +376,13 @@ void Runtime::finish_cycle(Loop& loop, const Tunables* next) {
   // Every rank got the same list, so every rank switches here, between the same cycles.
   tunables_ = *next;
   tunables_history_.emplace_back(cycles_, tunables_);
-  if (comm_->can_switch_hierarchical()) comm_->set_hierarchical(tunables_.hierarchical);
+  transport::AlgorithmSwitch* algorithms = comm_->algorithm_switch();
+  if (algorithms != nullptr) algorithms->set_hierarchical(tunables_.hierarchical);
   KOLO_LOG(kInfo, "autotune") << "fusion threshold " << tunables_.fusion_threshold_bytes
                               << " bytes, cycle time " << tunables_.cycle_time_ms << " ms"
-                              << (comm_->can_switch_hierarchical()
+                              << (algorithms != nullptr
                                       ? (tunables_.hierarchical ? ", hierarchical allreduce"
-                                                                : ", flat MPI allreduce")
+                                                                : ", flat allreduce")
                                       : "");
 }
 

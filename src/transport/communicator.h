@@ -74,6 +74,17 @@ class FailureNotices {
 // reason) ends the wait with kPeerFailure and breaks the communicator.
 using Interrupt = std::function<bool(std::string* why)>;
 
+// A transport's switch between two allreduce algorithms (hierarchical: shared memory per
+// host and the base transport across hosts; or flat over all ranks), for autotune. Every
+// rank must switch between the same two calls (the runtime does it between the same two
+// cycles). Results are the same either way up to the order of the fold.
+class AlgorithmSwitch {
+ public:
+  virtual ~AlgorithmSwitch() = default;
+  virtual bool hierarchical() const = 0;
+  virtual void set_hierarchical(bool on) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -125,13 +136,9 @@ class Communicator {
     return Status(ErrorCode::kUnsupported, std::string(name()) + " has no allreduce_pieces");
   }
 
-  // Optional: a transport with two allreduce algorithms (hierarchical: shared memory per
-  // host and the base transport across hosts, or flat over all ranks) lets autotune switch between
-  // them. Every rank must switch between the same two calls (the runtime does it between
-  // the same two cycles). Results are the same either way up to the order of the fold.
-  virtual bool can_switch_hierarchical() const { return false; }
-  virtual bool hierarchical() const { return false; }
-  virtual void set_hierarchical(bool on) { (void)on; }
+  // Optional: a transport with two allreduce algorithms lets autotune switch between them
+  // (AlgorithmSwitch, below); nullptr for one with a single algorithm.
+  virtual AlgorithmSwitch* algorithm_switch() { return nullptr; }
 
   // --- composition: the layers over a base (shm, hier) and process sets -----------------
   // The same calls on every transport that can split; the defaults say kUnsupported, and

@@ -17,7 +17,7 @@ namespace kolo::transport::hier {
 
 // Owned and used by one thread. Usable until the first peer failure of any of its parts;
 // after that every call fails at once.
-class HierarchicalCommunicator final : public Communicator {
+class HierarchicalCommunicator final : public Communicator, public AlgorithmSwitch {
  public:
   // `global`: the job's MPI communicator; `local`: this host's ranks (shm over MPI);
   // `cross`: the ranks with this local rank (MPI); `cross_ranks`: their global ranks;
@@ -57,7 +57,7 @@ class HierarchicalCommunicator final : public Communicator {
   Status barrier(Deadline deadline) override;
   void* fusion_buffer(std::size_t bytes) override;
   // Autotune may turn the hierarchical algorithm off: allreduce then runs on `global`.
-  bool can_switch_hierarchical() const override { return true; }
+  AlgorithmSwitch* algorithm_switch() override { return this; }
   bool hierarchical() const override { return hierarchical_; }
   void set_hierarchical(bool on) override { hierarchical_ = on; }
 
