@@ -1,6 +1,7 @@
 #include "core/message.h"
 
-#include <cstring>
+#include "common/coding.h"
+
 #include <tuple>
 #include <type_traits>
 
@@ -45,22 +46,18 @@ bool in_range(ReduceOp v) { return v <= ReduceOp::kProduct; }
 bool in_range(ErrorCode v) { return v >= ErrorCode::kOk && v <= ErrorCode::kInternal; }
 
 // Little-endian fixed-width scalars, bools as one byte 0/1, strings and vectors as a
-// 32-bit count followed by their elements.
+// 32-bit count followed by their elements (common/coding.h's forms).
 class Writer {
  public:
   template <typename T>
   void put(const T& v) {
     if constexpr (std::is_same_v<T, std::string>) {
-      count(v.size());
-      out_ += v;
+      coding::put_bytes<std::uint32_t>(&out_, v);
     } else if constexpr (IsVector<T>::value) {
-      count(v.size());
+      coding::put(&out_, static_cast<std::uint32_t>(v.size()));
       for (const auto& x : v) put(x);
-    } else if constexpr (std::is_same_v<T, bool>) {
-      put<std::uint8_t>(v ? 1 : 0);
     } else {
-      static_assert(std::is_trivially_copyable_v<T>);
-      out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+      coding::put(&out_, v);
     }
   }
   template <typename Tuple>
@@ -70,7 +67,6 @@ class Writer {
   std::string take() { return std::move(out_); }
 
  private:
-  void count(std::size_t n) { put<std::uint32_t>(static_cast<std::uint32_t>(n)); }
   std::string out_;
 };
 
@@ -80,31 +76,19 @@ class Reader {
   template <typename T>
   bool get(T* v) {
     if constexpr (std::is_same_v<T, std::string>) {
-      std::uint32_t n;
-      if (!get(&n) || left() < n) return false;
-      v->assign(in_.data() + pos_, n);
-      pos_ += n;
-      return true;
+      return in_.get_bytes<std::uint32_t>(in_.left(), v);
     } else if constexpr (IsVector<T>::value) {
       // Each element takes at least min_bytes: a count beyond what is left is refused
       // before anything is allocated for it.
       std::uint32_t n;
-      if (!get(&n) || left() / min_bytes<typename T::value_type>() < n) return false;
+      if (!in_.get(&n) || in_.left() / min_bytes<typename T::value_type>() < n) return false;
       v->resize(n);
       for (auto& x : *v) {
         if (!get(&x)) return false;
       }
       return true;
-    } else if constexpr (std::is_same_v<T, bool>) {
-      std::uint8_t b;
-      if (!get(&b) || b > 1) return false;
-      *v = b == 1;
-      return true;
     } else {
-      static_assert(std::is_trivially_copyable_v<T>);
-      if (left() < sizeof(T)) return false;
-      std::memcpy(v, in_.data() + pos_, sizeof(T));
-      pos_ += sizeof(T);
+      if (!in_.get(v)) return false;
       if constexpr (std::is_enum_v<T>) return in_range(*v);
       return true;
     }
@@ -113,7 +97,7 @@ class Reader {
   bool get_all(Tuple fields) {
     return std::apply([this](auto&... f) { return (get(&f) && ...); }, fields);
   }
-  bool done() const { return pos_ == in_.size(); }
+  bool done() const { return in_.done(); }
 
  private:
   template <typename T>
@@ -126,9 +110,7 @@ class Reader {
       return sizeof(T);
     }
   }
-  std::size_t left() const { return in_.size() - pos_; }
-  const std::string& in_;
-  std::size_t pos_ = 0;
+  coding::ByteReader in_;
 };
 
 // The magic bytes of wire version 1 and later; builds before it sent 'K' and 'R'

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <variant>
 
+#include "common/coding.h"
+
 namespace kolo::ps {
 
 struct Fields::Value {
@@ -39,35 +41,26 @@ Status get_typed(const std::map<std::string, std::shared_ptr<const Fields::Value
   return Status::OK();
 }
 
+// The header frame's fields in common/coding.h's forms.
 class Writer {
  public:
   template <typename T>
   void put(T v) {
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));  // x86-64 and aarch64 are little-endian, as the format
-    out.append(b, sizeof(T));
+    coding::put(&out, v);
   }
-  void bytes16(const std::string& s) {
-    put(static_cast<std::uint16_t>(s.size()));
-    out += s;
-  }
-  void bytes32(const std::string& s) {
-    put(static_cast<std::uint32_t>(s.size()));
-    out += s;
-  }
+  void bytes16(const std::string& s) { coding::put_bytes<std::uint16_t>(&out, s); }
+  void bytes32(const std::string& s) { coding::put_bytes<std::uint32_t>(&out, s); }
   std::string out;
 };
 
+// Every read names the field it was after, for the error.
 class Reader {
  public:
   explicit Reader(std::string_view in) : in_(in) {}
-  std::size_t left() const { return in_.size() - pos_; }
+  std::size_t left() const { return in_.left(); }
   template <typename T>
   Status get(const char* what, T* v) {
-    if (left() < sizeof(T)) return cut(what);
-    std::memcpy(v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return Status::OK();
+    return in_.get(v) ? Status::OK() : cut(what);
   }
   // A length-prefixed byte string of at most `limit` bytes.
   template <typename Len>
@@ -79,20 +72,19 @@ class Reader {
                              std::to_string(n) + " bytes, over the limit of " +
                              std::to_string(limit));
     }
-    if (n > left()) return cut(what);
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
+    std::string_view v;
+    if (!in_.take(n, &v)) return cut(what);
+    s->assign(v);
     return Status::OK();
   }
 
  private:
   Status cut(const char* what) const {
     return InvalidArgument(std::string("rpc message: the header frame ends inside the ") + what +
-                           " (at byte " + std::to_string(pos_) + " of " +
-                           std::to_string(in_.size()) + ")");
+                           " (at byte " + std::to_string(in_.position()) + " of " +
+                           std::to_string(in_.position() + in_.left()) + ")");
   }
-  std::string_view in_;
-  std::size_t pos_ = 0;
+  coding::ByteReader in_;
 };
 
 }  // namespace

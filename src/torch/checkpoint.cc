@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/coding.h"
 #include "common/durable_file.h"
 #include "kolo/torch.h"
 
@@ -52,14 +53,12 @@ std::uint32_t crc32_of(const std::string& bytes) {
   return static_cast<std::uint32_t>(crc);
 }
 
-void put_le(std::string& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
+// The header's fields, little-endian (common/coding.h); the caller checked the length.
+void put_le(std::string& out, std::uint64_t v, int bytes) { coding::put_fixed(&out, v, bytes); }
 
 std::uint64_t get_le(const std::string& in, std::size_t at, int bytes) {
   std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= std::uint64_t{static_cast<unsigned char>(in[at + i])} << (8 * i);
+  coding::ByteReader(std::string_view(in).substr(at)).get_fixed(bytes, &v);
   return v;
 }
 

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "common/coding.h"
 #include "kolo/train/summary.h"
 
 namespace kolo::train::events {
@@ -15,30 +16,22 @@ namespace {
 
 enum WireType : std::uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
 
-void put_varint(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
+// Varints and fixed-width values in common/coding.h's forms (protobuf's are the same:
+// LEB128, little-endian).
+void put_varint(std::string& out, std::uint64_t v) { coding::put_varint(&out, v); }
 
 void put_key(std::string& out, std::uint32_t field, WireType type) {
   put_varint(out, (static_cast<std::uint64_t>(field) << 3) | type);
 }
 
-void put_le(std::string& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
 void put_double(std::string& out, std::uint32_t field, double v) {
   put_key(out, field, kFixed64);
-  put_le(out, std::bit_cast<std::uint64_t>(v), 8);
+  coding::put(&out, v);
 }
 
 void put_float(std::string& out, std::uint32_t field, float v) {
   put_key(out, field, kFixed32);
-  put_le(out, std::bit_cast<std::uint32_t>(v), 4);
+  coding::put(&out, v);
 }
 
 void put_bytes(std::string& out, std::uint32_t field, std::string_view bytes) {
@@ -50,7 +43,7 @@ void put_bytes(std::string& out, std::uint32_t field, std::string_view bytes) {
 void put_packed_doubles(std::string& out, std::uint32_t field, const std::vector<double>& v) {
   put_key(out, field, kLengthDelimited);
   put_varint(out, 8 * v.size());
-  for (double d : v) put_le(out, std::bit_cast<std::uint64_t>(d), 8);
+  for (double d : v) coding::put(&out, d);
 }
 
 // Event{wall_time = 1, step = 2, <what>}; `what` is the already keyed oneof field.
@@ -158,10 +151,10 @@ std::string histogram_event(const std::string& tag, const Histogram& histogram, 
 std::string record(std::string_view data) {
   std::string out;
   out.reserve(data.size() + 16);
-  put_le(out, data.size(), 8);
-  put_le(out, masked_crc32c(out.data(), 8), 4);
+  coding::put_fixed(&out, data.size(), 8);
+  coding::put_fixed(&out, masked_crc32c(out.data(), 8), 4);
   out.append(data);
-  put_le(out, masked_crc32c(data.data(), data.size()), 4);
+  coding::put_fixed(&out, masked_crc32c(data.data(), data.size()), 4);
   return out;
 }
 

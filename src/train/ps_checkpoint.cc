@@ -8,7 +8,9 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <string_view>
 
+#include "common/coding.h"
 #include "common/durable_file.h"
 #include "kolo/error.h"
 #include "train/ps_impl.h"
@@ -22,37 +24,35 @@ void check(const Status& s) { check_status(s); }
 namespace {
 constexpr char kMagic[] = "kolo-ps-checkpoint-1\n";
 
+// The file after its magic: integers as 64 bits, byte strings after a 64-bit length, in
+// common/coding.h's forms.
 void put(std::string& out, const std::string& bytes) {
-  const std::uint64_t n = bytes.size();
-  out.append(reinterpret_cast<const char*>(&n), sizeof n);
-  out += bytes;
+  coding::put_bytes<std::uint64_t>(&out, bytes);
 }
-void put_int(std::string& out, std::int64_t v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
+void put_int(std::string& out, std::int64_t v) { coding::put(&out, v); }
 
-struct Reader {
-  const std::string& in;
-  std::size_t at;
-  const std::string& path;
+// Reads the file front to back; anything cut short or damaged is an error naming it.
+class Reader {
+ public:
+  Reader(std::string_view in, const std::string& path) : in_(in), path_(path) {}
   std::string bytes() {
-    const std::int64_t n = integer();
-    if (n < 0 || in.size() - at < static_cast<std::size_t>(n)) bad();
-    std::string s = in.substr(at, static_cast<std::size_t>(n));
-    at += static_cast<std::size_t>(n);
+    std::string s;
+    if (!in_.get_bytes<std::uint64_t>(in_.left(), &s)) bad();
     return s;
   }
   std::int64_t integer() {
-    if (in.size() - at < 8) bad();
-    std::int64_t v;
-    std::memcpy(&v, in.data() + at, 8);
-    at += 8;
+    std::int64_t v = 0;
+    if (!in_.get(&v)) bad();
     return v;
   }
+
+ private:
   [[noreturn]] void bad() {
     throw Error(ErrorCode::kInvalidArgument,
-                "restore_checkpoint: '" + path + "' is truncated or damaged");
+                "restore_checkpoint: '" + path_ + "' is truncated or damaged");
   }
+  coding::ByteReader in_;
+  const std::string& path_;
 };
 }  // namespace
 
@@ -96,7 +96,7 @@ void ParameterServerStrategy::restore_checkpoint(const std::string& path) const 
                 "restore_checkpoint: '" + path + "' is not a kolo parameter-server checkpoint");
   }
   std::lock_guard<std::mutex> lock(p.mu);
-  Reader r{in, sizeof(kMagic) - 1, path};
+  Reader r(std::string_view(in).substr(sizeof(kMagic) - 1), path);
   const std::int64_t n = r.integer();
   if (n != static_cast<std::int64_t>(p.shards.size())) {
     throw Error(ErrorCode::kMismatch,

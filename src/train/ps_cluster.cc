@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/coding.h"
 #include "kolo/error.h"
 #include "kolo/torch.h"
 #include "kolo/train/parameter_server.h"
@@ -23,10 +24,11 @@ std::string encode_tensor(const torch::Tensor& t) {
   const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
   const auto dtype = static_cast<std::uint8_t>(to_kolo_dtype(c.scalar_type()));
   const auto dims = static_cast<std::uint8_t>(c.dim());
+  // dtype, number of dims, each dim (int64), then the bytes (common/coding.h's forms).
   std::string out;
-  out.push_back(static_cast<char>(dtype));
-  out.push_back(static_cast<char>(dims));
-  for (std::int64_t d : c.sizes()) out.append(reinterpret_cast<const char*>(&d), sizeof d);
+  coding::put(&out, dtype);
+  coding::put(&out, dims);
+  for (std::int64_t d : c.sizes()) coding::put(&out, d);
   out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
   return out;
 }
@@ -34,19 +36,22 @@ std::string encode_tensor(const torch::Tensor& t) {
 torch::Tensor decode_tensor(const std::string& bytes) {
   if (bytes.empty()) return torch::Tensor();
   if (bytes.size() < 2) throw Error(ErrorCode::kInvalidArgument, "a step's tensor is truncated");
-  const auto dtype = static_cast<DataType>(static_cast<std::uint8_t>(bytes[0]));
-  const int dims = static_cast<std::uint8_t>(bytes[1]);
-  if (static_cast<int>(dtype) >= kNumDataTypes || bytes.size() < 2 + 8 * std::size_t(dims)) {
+  coding::ByteReader r(bytes);
+  std::uint8_t code = 0, dims = 0;
+  r.get(&code);
+  r.get(&dims);
+  const auto dtype = static_cast<DataType>(code);
+  if (code >= kNumDataTypes || r.left() < 8 * std::size_t(dims)) {
     throw Error(ErrorCode::kInvalidArgument, "a step's tensor has a bad header");
   }
   std::vector<std::int64_t> shape(dims);
-  std::memcpy(shape.data(), bytes.data() + 2, 8 * std::size_t(dims));
+  for (std::int64_t& d : shape) r.get(&d);
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
     if (d < 0) throw Error(ErrorCode::kInvalidArgument, "a step's tensor has a negative size");
     n *= d;
   }
-  const std::size_t offset = 2 + 8 * std::size_t(dims);
+  const std::size_t offset = r.position();
   if (bytes.size() - offset != std::size_t(n) * dtype_size(dtype)) {
     throw Error(ErrorCode::kInvalidArgument, "a step's tensor has the wrong number of bytes");
   }
