@@ -300,8 +300,20 @@ int run_leave_early(int rank, int n) {
   return g_failures ? 1 : 0;
 }
 
+// Rank 1 of stopped_rank: set when rank 0's SIGCONT has woken this process.
+volatile std::sig_atomic_t g_continued = 0;
+void on_continue(int) { g_continued = 1; }
+
 int run_stopped_rank(int rank, int n) {
   CHECK(n == 2, "stopped_rank runs on 2 ranks, not %d", n);
+  if (rank == 1) {
+    // Before rank 0 can know this process's pid.
+    struct sigaction sa = {};
+    sa.sa_handler = on_continue;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGCONT, &sa, nullptr);
+  }
   std::int64_t pid = getpid();
   kolo::TensorView p{&pid, DataType::kInt64, {1}};
   kolo::Tensor pids = kolo::allgather(p, {.name = "pids"});
@@ -333,10 +345,20 @@ int run_stopped_rank(int rank, int n) {
               logged.find("s in negotiation for rank 1") != std::string::npos,
           "no warning naming rank 1 while it was stopped; rank 0 logged: %s", logged.c_str());
   } else {
-    // Submit only after rank 0 has stopped this process, so that it is stopped outside
-    // any collective and rank 0 waits in negotiation (a rank stopped inside a data-plane
-    // collective is reported by the peer timeout alone).
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    // Submit only after rank 0 has stopped and continued this process, so that it was
+    // stopped outside any collective and rank 0 waited in negotiation (a rank stopped
+    // inside a data-plane collective is reported by the peer timeout alone). A fixed 1 s
+    // sleep here failed when rank 0 reached its kill() later than that on a loaded
+    // machine: rank 1 had submitted and put its part of the next negotiation into the
+    // MPI control collective, so rank 0's negotiation completed without it, rank 0 waited
+    // in the data-plane allreduce instead, and logged nothing
+    // (multiprocess.mpirun.stopped_rank_shm0_np2: 2 of 12 runs failed with two CPU burners
+    // running, 0 of 12 with this wait).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (g_continued == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(g_continued != 0, "rank 0 did not stop and continue this process within 60 s");
     kolo::allreduce(v, {.name = "while-rank-1-is-stopped"});
   }
   CHECK(g[0] == 1.0f, "average %g", g[0]);
