@@ -17,26 +17,15 @@ std::int64_t elements_of(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 Partitioner Partitioner::fixed_shards(int num_shards) {
-  Partitioner p;
-  p.kind_ = Kind::kFixedShards;
-  p.shards_ = num_shards;
-  return p;
+  return Partitioner(train::VariablePartitioner::fixed_shards(num_shards));
 }
 
 Partitioner Partitioner::min_size(std::int64_t min_shard_bytes, int max_shards) {
-  Partitioner p;
-  p.kind_ = Kind::kMinSize;
-  p.bytes_ = min_shard_bytes;
-  p.shards_ = max_shards;
-  return p;
+  return Partitioner(train::VariablePartitioner::min_size(min_shard_bytes, max_shards));
 }
 
 Partitioner Partitioner::max_size(std::int64_t max_shard_bytes, int max_shards) {
-  Partitioner p;
-  p.kind_ = Kind::kMaxSize;
-  p.bytes_ = max_shard_bytes;
-  p.shards_ = max_shards;
-  return p;
+  return Partitioner(train::VariablePartitioner::max_size(max_shard_bytes, max_shards));
 }
 
 int Partitioner::num_shards(const std::vector<std::int64_t>& shape,
@@ -45,24 +34,26 @@ int Partitioner::num_shards(const std::vector<std::int64_t>& shape,
   const std::int64_t rows = shape[0];
   const double total = static_cast<double>(elements_of(shape)) * static_cast<double>(element_bytes);
   std::int64_t n = 1;
-  switch (kind_) {
+  switch (spec_.kind) {
     case Kind::kNone:
       n = 1;
       break;
     case Kind::kFixedShards:
-      n = std::min<std::int64_t>(shards_, rows);
+      n = std::min<std::int64_t>(spec_.shards, rows);
       break;
     case Kind::kMinSize: {
-      const auto wanted = static_cast<std::int64_t>(std::ceil(total / static_cast<double>(bytes_)));
-      n = std::max<std::int64_t>(1, std::min({rows, static_cast<std::int64_t>(shards_), wanted}));
+      const auto wanted =
+          static_cast<std::int64_t>(std::ceil(total / static_cast<double>(spec_.bytes)));
+      n = std::max<std::int64_t>(1,
+                                 std::min({rows, static_cast<std::int64_t>(spec_.shards), wanted}));
       break;
     }
     case Kind::kMaxSize: {
       const double row_bytes = total / static_cast<double>(rows);
       const auto rows_per_shard = std::max<std::int64_t>(
-          1, static_cast<std::int64_t>(std::floor(static_cast<double>(bytes_) / row_bytes)));
+          1, static_cast<std::int64_t>(std::floor(static_cast<double>(spec_.bytes) / row_bytes)));
       n = (rows + rows_per_shard - 1) / rows_per_shard;
-      if (shards_ > 0) n = std::min<std::int64_t>(n, shards_);
+      if (spec_.shards > 0) n = std::min<std::int64_t>(n, spec_.shards);
       break;
     }
   }
@@ -70,28 +61,28 @@ int Partitioner::num_shards(const std::vector<std::int64_t>& shape,
 }
 
 std::string Partitioner::to_string() const {
-  switch (kind_) {
+  switch (spec_.kind) {
     case Kind::kNone:
       return "no partitioner";
     case Kind::kFixedShards:
-      return "FixedShardsPartitioner(num_shards=" + std::to_string(shards_) + ")";
+      return "FixedShardsPartitioner(num_shards=" + std::to_string(spec_.shards) + ")";
     case Kind::kMinSize:
-      return "MinSizePartitioner(min_shard_bytes=" + std::to_string(bytes_) +
-             ", max_shards=" + std::to_string(shards_) + ")";
+      return "MinSizePartitioner(min_shard_bytes=" + std::to_string(spec_.bytes) +
+             ", max_shards=" + std::to_string(spec_.shards) + ")";
     case Kind::kMaxSize:
-      return "MaxSizePartitioner(max_shard_bytes=" + std::to_string(bytes_) +
-             ", max_shards=" + std::to_string(shards_) + ")";
+      return "MaxSizePartitioner(max_shard_bytes=" + std::to_string(spec_.bytes) +
+             ", max_shards=" + std::to_string(spec_.shards) + ")";
   }
   return "?";
 }
 
 Status Partitioner::validate() const {
-  const bool bad_shards = kind_ == Kind::kMaxSize ? shards_ < 0 : shards_ < 1;
-  if (kind_ != Kind::kNone && bad_shards) {
+  const bool bad_shards = spec_.kind == Kind::kMaxSize ? spec_.shards < 0 : spec_.shards < 1;
+  if (spec_.kind != Kind::kNone && bad_shards) {
     return InvalidArgument(to_string() + ": the number of shards must be at least 1" +
-                           (kind_ == Kind::kMaxSize ? " (or 0: no limit)" : ""));
+                           (spec_.kind == Kind::kMaxSize ? " (or 0: no limit)" : ""));
   }
-  if ((kind_ == Kind::kMinSize || kind_ == Kind::kMaxSize) && bytes_ < 1) {
+  if ((spec_.kind == Kind::kMinSize || spec_.kind == Kind::kMaxSize) && spec_.bytes < 1) {
     return InvalidArgument(to_string() + ": the shard size in bytes must be at least 1");
   }
   return Status::OK();
@@ -151,3 +142,31 @@ Status place_variables(const std::vector<VariableSpec>& variables, const Partiti
 }
 
 }  // namespace kolo::ps
+
+namespace kolo::train {
+
+// The public partitioner's factories (include/kolo/train/variable_partitioner.h): here,
+// beside the arithmetic that reads them.
+namespace {
+VariablePartitioner partitioner(VariablePartitioner::Kind kind, std::int64_t bytes, int shards) {
+  VariablePartitioner p;
+  p.kind = kind;
+  p.bytes = bytes;
+  p.shards = shards;
+  return p;
+}
+}  // namespace
+
+VariablePartitioner VariablePartitioner::fixed_shards(int num_shards) {
+  return partitioner(Kind::kFixedShards, 0, num_shards);
+}
+
+VariablePartitioner VariablePartitioner::min_size(std::int64_t min_shard_bytes, int max_shards) {
+  return partitioner(Kind::kMinSize, min_shard_bytes, max_shards);
+}
+
+VariablePartitioner VariablePartitioner::max_size(std::int64_t max_shard_bytes, int max_shards) {
+  return partitioner(Kind::kMaxSize, max_shard_bytes, max_shards);
+}
+
+}  // namespace kolo::train

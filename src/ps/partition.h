@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kolo/train/variable_partitioner.h"
 #include "kolo/types.h"
 #include "ps/ps_service.h"
 
@@ -22,10 +23,13 @@ namespace kolo::ps {
 // tf.distribute.experimental.partitioners: the number of shards along axis 0 of a
 // variable of `shape` whose elements take `element_bytes`. 0-d variables, and variables
 // with fewer rows than the partitioner asks for, get min(asked, rows) (at least 1).
+// The arithmetic of the public kolo::train::VariablePartitioner (the one description of a
+// partitioner; this class adds what it computes).
 class Partitioner {
  public:
   // One shard per variable (ParameterServerStrategy without a variable_partitioner).
   Partitioner() = default;
+  explicit Partitioner(train::VariablePartitioner spec) : spec_(spec) {}
   // FixedShardsPartitioner(num_shards): min(num_shards, rows).
   static Partitioner fixed_shards(int num_shards);
   // MinSizePartitioner(min_shard_bytes, max_shards): as many shards as keep each at least
@@ -44,10 +48,8 @@ class Partitioner {
   Status validate() const;
 
  private:
-  enum class Kind : std::uint8_t { kNone, kFixedShards, kMinSize, kMaxSize };
-  Kind kind_ = Kind::kNone;
-  std::int64_t bytes_ = 0;
-  int shards_ = 1;
+  using Kind = train::VariablePartitioner::Kind;
+  train::VariablePartitioner spec_;
 };
 
 // TensorFlow's division of `rows` over `shards` (sharded_variable's partition): the first

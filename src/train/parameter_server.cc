@@ -46,20 +46,6 @@ std::string bind_endpoint(const std::string& address) {
 }
 std::string connect_endpoint(const std::string& address) { return "tcp://" + address; }
 
-ps::Partitioner to_ps(const VariablePartitioner& p) {
-  switch (p.kind) {
-    case VariablePartitioner::Kind::kNone:
-      return ps::Partitioner();
-    case VariablePartitioner::Kind::kFixedShards:
-      return ps::Partitioner::fixed_shards(p.shards);
-    case VariablePartitioner::Kind::kMinSize:
-      return ps::Partitioner::min_size(p.bytes, p.shards);
-    case VariablePartitioner::Kind::kMaxSize:
-      return ps::Partitioner::max_size(p.bytes, p.shards);
-  }
-  return ps::Partitioner();
-}
-
 ps::UpdateRule update_rule(const OptimizerSpec& spec) {
   ps::UpdateRule r;
   if (const auto* a = std::get_if<Adam>(&spec)) {
@@ -110,7 +96,7 @@ void check_status(const Status& s) {
 
 ParameterServerStrategy::PsImpl::PsImpl(ClusterResolver r, VariablePartitioner p,
                                         ParameterServerOptions o)
-    : resolver(std::move(r)), partitioner(to_ps(p)), options(o) {
+    : resolver(std::move(r)), partitioner(p), options(o) {
   check(partitioner.validate());
   const ClusterSpec& c = resolver.cluster_spec();
   core::TfCluster tc;

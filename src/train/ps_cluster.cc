@@ -1,6 +1,6 @@
 // The parameter-server API around the strategy (parameter_server.h): tensors as step
-// bytes, ClusterResolver (the cluster from TF_CONFIG), the VariablePartitioners, and the
-// chief's ClusterCoordinator with its RemoteValues over ps::Coordinator.
+// bytes, ClusterResolver (the cluster from TF_CONFIG), and the chief's ClusterCoordinator
+// with its RemoteValues over ps::Coordinator. (The VariablePartitioners are src/ps's.)
 //
 // Not for: the strategy's tasks, variables and serving (parameter_server.cc).
 #include <cstring>
@@ -99,29 +99,6 @@ ClusterResolver ClusterResolver::from_tf_config() {
   }
   ClusterSpec c{tf.cluster.chief, tf.cluster.worker, tf.cluster.ps, tf.cluster.evaluator};
   return ClusterResolver(std::move(c), tf.task_type, tf.task_index);
-}
-
-// ---------------------------------------------------------------- partitioners
-
-VariablePartitioner VariablePartitioner::fixed_shards(int num_shards) {
-  VariablePartitioner p;
-  p.kind = Kind::kFixedShards;
-  p.shards = num_shards;
-  return p;
-}
-VariablePartitioner VariablePartitioner::min_size(std::int64_t min_shard_bytes, int max_shards) {
-  VariablePartitioner p;
-  p.kind = Kind::kMinSize;
-  p.bytes = min_shard_bytes;
-  p.shards = max_shards;
-  return p;
-}
-VariablePartitioner VariablePartitioner::max_size(std::int64_t max_shard_bytes, int max_shards) {
-  VariablePartitioner p;
-  p.kind = Kind::kMaxSize;
-  p.bytes = max_shard_bytes;
-  p.shards = max_shards;
-  return p;
 }
 
 // ---------------------------------------------------------------- the coordinator

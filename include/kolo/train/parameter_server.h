@@ -41,6 +41,7 @@
 #include "kolo/train/logs.h"
 #include "kolo/train/optimizers.h"
 #include "kolo/train/strategy.h"
+#include "kolo/train/variable_partitioner.h"
 
 namespace kolo::train {
 
@@ -64,23 +65,6 @@ class ClusterResolver {
   ClusterSpec cluster_;
   std::string type_;
   int index_ = 0;
-};
-
-// tf.distribute.experimental.partitioners (shards along the first axis).
-class VariablePartitioner {
- public:
-  VariablePartitioner() = default;  // one shard per variable
-  // FixedShardsPartitioner(num_shards): min(num_shards, rows) shards.
-  static VariablePartitioner fixed_shards(int num_shards);
-  // MinSizePartitioner: shards of at least min_shard_bytes, at most max_shards.
-  static VariablePartitioner min_size(std::int64_t min_shard_bytes = 256 << 10, int max_shards = 1);
-  // MaxSizePartitioner: shards of at most max_shard_bytes (0 max_shards: no cap).
-  static VariablePartitioner max_size(std::int64_t max_shard_bytes, int max_shards = 0);
-
-  enum class Kind : std::uint8_t { kNone, kFixedShards, kMinSize, kMaxSize };
-  Kind kind = Kind::kNone;
-  std::int64_t bytes = 0;
-  int shards = 1;
 };
 
 struct ParameterServerOptions {
