@@ -6,13 +6,7 @@
 //
 // Not for: anything that needs testing without a process: that lives in hosts.h,
 // layout.h, mpirun_command.h and worker_plan.h.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -23,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -43,8 +36,6 @@
 #include "launcher/supervisor.h"
 #include "launcher/threads.h"
 #include "launcher/worker_plan.h"
-#include "rendezvous/tcp_store.h"
-#include "rendezvous/tcp_store_server.h"
 #include "startup/config.h"
 
 namespace {

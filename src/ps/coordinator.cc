@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/logging.h"
+#include "ps/task.h"
 #include "ps/task_wire.h"
 
 namespace kolo::ps {
@@ -520,20 +521,11 @@ bool Coordinator::done() const {
 }
 
 void Coordinator::stop_workers(Deadline deadline) {
-  const int n = num_workers();
-  std::vector<std::thread> stops;
-  for (int w = 0; w < n; ++w) {
-    stops.emplace_back([this, w, deadline] {
-      auto client = impl_->make_client(w);
-      Message req{task_wire::kStop, {}, {}}, reply;
-      Status s = client->call(req, &reply, deadline);
-      if (!s.ok()) {
-        KOLO_LOG(kInfo, "ps") << impl_->options.worker_names[w]
-                              << " was not told to stop: " << s.message();
-      }
-    });
+  std::vector<TaskAddress> workers;
+  for (int w = 0; w < num_workers(); ++w) {
+    workers.push_back({impl_->options.worker_endpoints[w], impl_->options.worker_names[w]});
   }
-  for (std::thread& t : stops) t.join();
+  stop_tasks(workers, {}, impl_->options.secret, impl_->options.self, deadline);
 }
 
 int Coordinator::num_workers() const {
