@@ -5,7 +5,7 @@
 # has the table): Release -O3 about 22 -> 13, ASan -O1 about 30 -> 12.5; compiling the
 # header itself costs 38 s (Release) and 46 s (ASan), twice per build (see below).
 # Loading the 600 MB precompiled header costs a file some 5.5 s, so a file that does not
-# include libtorch (there is one: src/train/progbar_format.cc) pays that for nothing;
+# include libtorch (there is one: src/train/keras/progbar_format.cc) pays that for nothing;
 # set_source_files_properties(<file> PROPERTIES SKIP_PRECOMPILE_HEADERS ON) spares one.
 #
 # kolo_torch_pch() is called once, at the end of the top-level CMakeLists.txt, when every

@@ -1,5 +1,5 @@
 // Test helper: reads TensorBoard event files, written independently of the writer
-// (src/train/event_encoding.cc) so that a test of the writer does not test it against
+// (src/train/summary/event_encoding.cc) so that a test of the writer does not test it against
 // itself: its own bitwise CRC-32C, its own varint and protobuf field decoding. It checks
 // every record's framing (length, both masked CRCs, nothing left over) and decodes the
 // Event fields kolo writes (wall_time, step, file_version, summary values with tag,

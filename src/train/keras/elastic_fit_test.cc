@@ -13,7 +13,7 @@
 #include "kolo/error.h"
 #include "kolo/kolo.h"
 #include "kolo/train.h"
-#include "train/fit_loop.h"
+#include "train/keras/fit_loop.h"
 #include "train/testing/tiny_problem.h"
 
 namespace kolo::train {

@@ -2,7 +2,7 @@
 // "auto" mode rule and chief-only printing (callback_util.h).
 //
 // Not for: the callbacks' decisions (callbacks.cc, checkpoint_callbacks.cc).
-#include "train/callback_util.h"
+#include "train/keras/callback_util.h"
 
 #include <charconv>
 #include <cmath>

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "train/progbar_format.h"
+#include "train/keras/progbar_format.h"
 
 namespace kolo::train {
 namespace {

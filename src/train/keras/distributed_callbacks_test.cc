@@ -18,7 +18,7 @@
 
 #include "kolo/error.h"
 #include "kolo/train/callbacks.h"
-#include "train/model_impl.h"
+#include "train/keras/model_impl.h"
 #include "train/testing/callback_runs.h"
 #include "train/testing/fake_host.h"
 

@@ -24,8 +24,8 @@
 #include "ps/task.h"
 #include "startup/config.h"
 #include "startup/tf_config.h"
-#include "train/ps_impl.h"
-#include "train/strategy_impl.h"
+#include "train/strategies/ps_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 namespace {

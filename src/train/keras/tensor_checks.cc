@@ -1,5 +1,5 @@
 // Shape rules and input checks shared by the losses and the metrics (tensor_checks.h).
-#include "train/tensor_checks.h"
+#include "train/keras/tensor_checks.h"
 
 #include <cstdint>
 #include <vector>

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "startup/config.h"
-#include "train/progbar_format.h"
+#include "train/keras/progbar_format.h"
 
 namespace kolo::train {
 

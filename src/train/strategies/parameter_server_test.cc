@@ -8,8 +8,8 @@
 
 #include "kolo/error.h"
 #include "kolo/train.h"
-#include "train/ps_batches.h"
-#include "train/ps_impl.h"
+#include "train/strategies/ps_batches.h"
+#include "train/strategies/ps_impl.h"
 
 namespace kolo::train {
 namespace {

@@ -29,9 +29,9 @@
 #include "kolo/kolo.h"
 #include "kolo/train/callbacks.h"
 #include "kolo/train/progbar.h"
-#include "train/fit_loop.h"
-#include "train/model_impl.h"
-#include "train/strategy_impl.h"
+#include "train/keras/fit_loop.h"
+#include "train/keras/model_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 

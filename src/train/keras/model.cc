@@ -9,8 +9,8 @@
 #include "common/logging.h"
 #include "kolo/error.h"
 #include "kolo/kolo.h"
-#include "train/model_impl.h"
-#include "train/strategy_impl.h"
+#include "train/keras/model_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/tensor_checks.h"
+#include "train/keras/tensor_checks.h"
 
 namespace kolo::train {
 namespace {

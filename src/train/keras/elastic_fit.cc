@@ -22,7 +22,7 @@
 #include "common/logging.h"
 #include "kolo/elastic.h"
 #include "kolo/error.h"
-#include "train/fit_loop.h"
+#include "train/keras/fit_loop.h"
 
 namespace kolo::train {
 namespace {

@@ -19,8 +19,8 @@
 #include "kolo/error.h"
 #include "kolo/kolo.h"
 #include "kolo/torch.h"
-#include "train/ps_impl.h"
-#include "train/strategy_impl.h"
+#include "train/strategies/ps_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 

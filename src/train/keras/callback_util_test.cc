@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kolo/error.h"
-#include "train/callback_util.h"
+#include "train/keras/callback_util.h"
 
 namespace kolo::train::internal {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "kolo/error.h"
 #include "kolo/train/summary.h"
-#include "train/event_encoding.h"
+#include "train/summary/event_encoding.h"
 #include "train/testing/event_reader.h"
 #include "train/testing/temp_dir.h"
 

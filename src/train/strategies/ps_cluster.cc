@@ -12,8 +12,8 @@
 #include "kolo/train/parameter_server.h"
 #include "ps/coordinator.h"
 #include "startup/tf_config.h"
-#include "train/ps_impl.h"
-#include "train/strategy_impl.h"
+#include "train/strategies/ps_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 

@@ -18,7 +18,7 @@
 #include "common/logging.h"
 #include "kolo/error.h"
 #include "kolo/train/callbacks.h"
-#include "train/callback_util.h"
+#include "train/keras/callback_util.h"
 
 namespace kolo::train {
 

@@ -13,8 +13,8 @@
 #include "common/coding.h"
 #include "common/durable_file.h"
 #include "kolo/error.h"
-#include "train/ps_impl.h"
-#include "train/strategy_impl.h"
+#include "train/strategies/ps_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 namespace {

@@ -16,7 +16,7 @@
 #include "common/logging.h"
 #include "kolo/error.h"
 #include "kolo/train/summary.h"
-#include "train/event_encoding.h"
+#include "train/summary/event_encoding.h"
 
 namespace kolo::train {
 namespace {

@@ -19,10 +19,10 @@
 
 #include "common/logging.h"
 #include "kolo/error.h"
-#include "train/model_impl.h"
-#include "train/ps_batches.h"
-#include "train/ps_impl.h"
-#include "train/strategy_impl.h"
+#include "train/keras/model_impl.h"
+#include "train/strategies/ps_batches.h"
+#include "train/strategies/ps_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 namespace {

@@ -1,7 +1,7 @@
 // Hand-written protobuf encoding of the event file messages (see event_encoding.h).
 // Wire format: a field is a varint key (field_number << 3 | wire_type) and its value;
 // wire types used here: 0 varint, 1 fixed 64 bits, 2 length-delimited, 5 fixed 32 bits.
-#include "train/event_encoding.h"
+#include "train/summary/event_encoding.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,7 +1,7 @@
 // The text of one progress bar, as tf.keras 2's Progbar.update writes it (see
 // progbar_format.h). The arithmetic keeps Keras's order of operations, so that the bar's
 // width, the rounding of times and the switch between formats fall on the same steps.
-#include "train/progbar_format.h"
+#include "train/keras/progbar_format.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "train/model_impl.h"
-#include "train/strategy_impl.h"
+#include "train/keras/model_impl.h"
+#include "train/strategies/strategy_impl.h"
 
 namespace kolo::train {
 
