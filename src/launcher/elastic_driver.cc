@@ -1,16 +1,14 @@
-// kolorun's elastic driver: the poll() loop of an elastic job (see elastic_driver.h).
+// kolorun's elastic driver: the loop of an elastic job (see elastic_driver.h; one step of
+// it: event_loop.h).
 #include "launcher/elastic_driver.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <future>
 #include <random>
@@ -18,6 +16,7 @@
 #include <thread>
 
 #include "common/format.h"
+#include "launcher/event_loop.h"
 #include "launcher/job.h"
 #include "launcher/lines.h"
 #include "launcher/mpirun_command.h"
@@ -139,26 +138,19 @@ int Driver::run() {
   replan("start");
 
   while (!done()) {
-    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
-    for (const Worker& w : workers_) {
-      if (w.output) w.output->add_to(&fds);
-    }
-    const std::optional<Deadline> wake = next_deadline();
-    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(wake ? &*wake : nullptr));
-    if (r < 0 && errno != EINTR) {
-      say(std::string("poll: ") + std::strerror(errno));
-      give_up("stopping the job", 1);
-    }
+    PollSet step;
     for (Worker& w : workers_) {
       if (!w.output) continue;
-      w.output->service(
-          fds, [&](std::string_view line) { on_line(&w, 1, line); },
-          [&](std::string_view line) { on_line(&w, 2, line); },
-          [&](std::string_view text) { on_redraw(&w, 1, text); },
-          [&](std::string_view text) { on_redraw(&w, 2, text); });
+      step.add(
+          w.output.get(), [this, &w](std::string_view line) { on_line(&w, 1, line); },
+          [this, &w](std::string_view line) { on_line(&w, 2, line); },
+          [this, &w](std::string_view text) { on_redraw(&w, 1, text); },
+          [this, &w](std::string_view text) { on_redraw(&w, 2, text); });
     }
-    for (const auto& e : read_signal_events(signal_fd)) {
-      if (e.signal != SIGCHLD) on_user_signal(e.signal);
+    step.add_signals(signal_fd, [this](const SignalEvent& e) { on_user_signal(e.signal); });
+    if (Status s = step.wait(next_deadline()); !s.ok()) {
+      say(s.message());
+      give_up("stopping the job", 1);
     }
     reap();
     for (Worker& w : workers_) maybe_finish(&w);
@@ -534,29 +526,27 @@ void Driver::on_deadlines() {
 }
 
 std::optional<Deadline> Driver::next_deadline() const {
-  std::optional<Deadline> best;
-  auto consider = [&](const std::optional<Deadline>& d) {
-    if (d && (!best || *d < *best)) best = d;
-  };
-  if (stopping_ && !killed_) consider(kill_deadline_);
+  Deadlines d;
+  if (stopping_ && !killed_) d.consider(kill_deadline_);
   for (const Worker& w : workers_) {
-    if (w.reaped && (!w.exit || (w.output && w.output->open()))) consider(w.drain_until);
+    if (w.reaped && (!w.exit || (w.output && w.output->open()))) d.consider(w.drain_until);
     if (w.removed && w.running) {
-      consider(w.kill_at ? w.kill_at : w.term_at);
-      consider(*w.removed_at + seconds_duration(o_.elastic_timeout_s));
+      d.consider(w.kill_at ? w.kill_at : w.term_at);
+      d.consider(*w.removed_at + seconds_duration(o_.elastic_timeout_s));
     }
   }
   if (!stopping_) {
-    if (wait_since_) consider(*wait_since_ + seconds_duration(o_.elastic_timeout_s));
-    consider(cooldown_wake_);
+    if (wait_since_) d.consider(*wait_since_ + seconds_duration(o_.elastic_timeout_s));
+    d.consider(cooldown_wake_);
     if (!o_.discovery_script.empty()) {
       // While a run is in flight, look for its result every 20 ms.
-      consider(discovery_.valid() ? Clock::now() + std::chrono::milliseconds(20) : next_discovery_);
+      d.consider(discovery_.valid() ? Clock::now() + std::chrono::milliseconds(20)
+                                    : next_discovery_);
     }
-    if (!plans_.empty() && !finished_) consider(next_reset_poll_);
-    if (arrivals_for_ >= 0) consider(next_arrival_poll_);
+    if (!plans_.empty() && !finished_) d.consider(next_reset_poll_);
+    if (arrivals_for_ >= 0) d.consider(next_arrival_poll_);
   }
-  return best;
+  return d.earliest();
 }
 
 bool Driver::done() const {

@@ -1,12 +1,10 @@
 // An elastic job's hosts and workers (elastic_driver.h): the host discovery script run with
 // a bound, the first plan, and one worker's plan in a generation. Not for: the driver's
 // loop (elastic_driver.cc).
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -14,6 +12,7 @@
 
 #include "common/format.h"
 #include "launcher/elastic_driver.h"
+#include "launcher/event_loop.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
 #include "launcher/worker_process.h"
@@ -37,13 +36,12 @@ Status run_discovery_script(const std::string& script, int default_slots, double
   std::optional<int> status;
   bool timed_out = false;
   while (!status || output.open()) {
-    std::vector<struct pollfd> fds;
-    output.add_to(&fds);
-    const Deadline wake = std::min(deadline, Clock::now() + std::chrono::milliseconds(20));
-    if (::poll(fds.data(), fds.size(), poll_timeout_ms(&wake)) < 0 && errno != EINTR) break;
-    output.service(
-        fds, [&](std::string_view l) { text.append(l).push_back('\n'); },
+    PollSet step;
+    step.add(
+        &output, [&](std::string_view l) { text.append(l).push_back('\n'); },
         [&](std::string_view l) { err.assign(l); });
+    // Every 20 ms at least, for the status the driver's loop may have reaped.
+    if (!step.wait(std::min(deadline, Clock::now() + std::chrono::milliseconds(20))).ok()) break;
     int st = 0;
     // The driver's loop reaps every child (waitpid(-1)) and keeps the script's status.
     if (!status &&

@@ -1,14 +1,12 @@
-// kolorun's own launcher: the workers' poll() loop (see job.h).
+// kolorun's own launcher: the workers' loop (see job.h; one step of it: event_loop.h).
 #include "launcher/job.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -19,6 +17,7 @@
 
 #include "common/deadline.h"
 #include "launcher/cause.h"
+#include "launcher/event_loop.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
@@ -68,7 +67,7 @@ class Job {
   void stop_all();
   void kill_all();
   bool all_ended() const;
-  const Clock::time_point* next_deadline();
+  std::optional<Deadline> next_deadline() const;
   void on_deadlines();
   int exit_status() const;
 
@@ -87,7 +86,6 @@ class Job {
   int user_signal_ = 0;
   bool stopping_ = false, killed_ = false;
   bool publish_failed_ = false;
-  Clock::time_point wake_;
 };
 
 int Job::run() {
@@ -118,25 +116,19 @@ int Job::run() {
     return false;
   };
   while (open() || !all_ended()) {
-    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
-    for (const Worker& w : workers_) {
-      if (w.output) w.output->add_to(&fds);
-    }
-    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(next_deadline()));
-    if (r < 0 && errno != EINTR) {
-      say(std::string("poll: ") + std::strerror(errno));
-      stop_all();
-    }
+    PollSet step;
     for (Worker& w : workers_) {
       if (!w.output) continue;
-      w.output->service(
-          fds, [&](std::string_view line) { on_line(&w, 1, line); },
-          [&](std::string_view line) { on_line(&w, 2, line); },
-          [&](std::string_view text) { on_redraw(&w, 1, text); },
-          [&](std::string_view text) { on_redraw(&w, 2, text); });
+      step.add(
+          w.output.get(), [this, &w](std::string_view line) { on_line(&w, 1, line); },
+          [this, &w](std::string_view line) { on_line(&w, 2, line); },
+          [this, &w](std::string_view text) { on_redraw(&w, 1, text); },
+          [this, &w](std::string_view text) { on_redraw(&w, 2, text); });
     }
-    for (const auto& e : read_signal_events(signal_fd)) {
-      if (e.signal != SIGCHLD) on_user_signal(e.signal);
+    step.add_signals(signal_fd, [this](const SignalEvent& e) { on_user_signal(e.signal); });
+    if (Status s = step.wait(next_deadline()); !s.ok()) {
+      say(s.message());
+      stop_all();
     }
     reap();
     for (Worker& w : workers_) maybe_finish(&w);
@@ -372,21 +364,16 @@ bool Job::all_ended() const {
   return true;
 }
 
-const Clock::time_point* Job::next_deadline() {
-  std::optional<Clock::time_point> best;
-  auto consider = [&](const std::optional<Clock::time_point>& d, bool active) {
-    if (active && d && (!best || *d < *best)) best = d;
-  };
-  consider(cause_deadline_, !cause_decided_);
-  consider(grace_deadline_, !stopping_);
-  consider(kill_deadline_, !killed_);
-  for (const Worker& w : workers_) consider(w.drain_until, w.reaped && !w.exit.has_value());
+std::optional<Deadline> Job::next_deadline() const {
+  Deadlines d;
+  d.consider(cause_deadline_, !cause_decided_);
+  d.consider(grace_deadline_, !stopping_);
+  d.consider(kill_deadline_, !killed_);
+  for (const Worker& w : workers_) d.consider(w.drain_until, w.reaped && !w.exit.has_value());
   for (const Worker& w : workers_) {
-    consider(w.drain_until, w.reaped && w.output && w.output->open());
+    d.consider(w.drain_until, w.reaped && w.output && w.output->open());
   }
-  if (!best) return nullptr;
-  wake_ = *best;
-  return &wake_;
+  return d.earliest();
 }
 
 void Job::on_deadlines() {

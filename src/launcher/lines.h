@@ -8,7 +8,6 @@
 // Not for: deciding what a line means (events.h).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -72,14 +71,9 @@ class LineSplitter {
   std::string shown_;  // the last text passed to `redraw` for the pending line
 };
 
-// How long a child's output is still read after it exited (a worker, the program under
-// the shim, mpirun, the remote wrapper's program): something it left behind (a background
-// process, ssh to other hosts) may hold its pipes open for good; read what it flushes, but
-// no longer than this. Shorter once the job is being stopped.
-inline constexpr auto kDrainAfterExit = std::chrono::seconds(2);
-inline constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
-
-// The two output pipes of one child, read without blocking the caller's poll() loop.
+// The two output pipes of one child, read without blocking the caller's loop (a PollSet,
+// event_loop.h, watches them). How long they are read after the child exited:
+// event_loop.h's drain times.
 class OutputReader {
  public:
   OutputReader(int out_fd, int err_fd,

@@ -1,7 +1,6 @@
 // The wrapper ssh runs for a worker on another host (see remote_worker.h).
 #include "launcher/remote_worker.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "launcher/event_loop.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
@@ -35,11 +35,12 @@ bool read_secrets() {
   const auto deadline = Clock::now() + kHeaderTimeout;
   std::string line;
   size_t total = 0;
+  bool readable = false;
+  PollSet step;
+  step.add(0, [&readable] { readable = true; });
   for (;;) {
-    struct pollfd p = {0, POLLIN, 0};
-    const int r = ::poll(&p, 1, poll_timeout_ms(&deadline));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
+    readable = false;
+    if (!step.wait(deadline).ok() || !readable) {
       say("no job secrets on stdin within 30 s (this mode is for kolorun's ssh sessions)");
       return false;
     }
@@ -139,33 +140,27 @@ int run_remote_worker(const std::vector<std::string>& args) {
     kill_at = Clock::now() + kKillAfter;
   };
   while (!exited || (output.open() && Clock::now() < *drain_until)) {
-    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
-    if (stdin_open) fds.push_back({0, POLLIN, 0});
-    output.add_to(&fds);
-    const Clock::time_point* deadline = nullptr;
-    if (exited) {
-      deadline = &*drain_until;
-    } else if (kill_at) {
-      deadline = &*kill_at;
+    PollSet step;
+    step.add(&output, to_stdout, to_stderr, redraw_stdout, redraw_stderr);
+    if (stdin_open) {
+      step.add(0, [&] {
+        char buf[256];
+        const ssize_t n = ::read(0, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+          stdin_open = false;  // kolorun is done with this worker, or gone
+          stop();
+        }
+      });
     }
-    if (::poll(fds.data(), fds.size(), poll_timeout_ms(deadline)) < 0 && errno != EINTR) break;
-    output.service(fds, to_stdout, to_stderr, redraw_stdout, redraw_stderr);
-    for (const auto& p : fds) {
-      if (p.fd != 0 || p.revents == 0 || !stdin_open) continue;
-      char buf[256];
-      const ssize_t n = ::read(0, buf, sizeof buf);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        stdin_open = false;  // kolorun is done with this worker, or gone
-        stop();
-      }
-    }
-    for (const auto& e : read_signal_events(signal_fd)) {
-      if (e.signal != SIGCHLD) stop();
-    }
+    step.add_signals(signal_fd, [&](const SignalEvent&) { stop(); });
+    Deadlines wake;
+    wake.consider(drain_until, exited);
+    wake.consider(kill_at, !exited);
+    if (!step.wait(wake.earliest()).ok()) break;
     int status = 0;
     if (!exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
       exited = true;
-      drain_until = Clock::now() + (stopping ? kKillAfter / 8 : kDrainAfterExit);
+      drain_until = Clock::now() + (stopping ? kRemoteDrainWhenStopped : kDrainAfterExit);
       if (WIFSIGNALED(status)) {
         result.signal = WTERMSIG(status);
       } else {

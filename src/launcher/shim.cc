@@ -1,7 +1,6 @@
 // The per-worker shim that mpirun runs (see shim.h).
 #include "launcher/shim.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -11,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
+#include "launcher/event_loop.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
@@ -21,9 +22,6 @@
 namespace kolo::launcher {
 namespace {
 
-// When the job is being stopped, mpirun sends SIGKILL one second after its SIGTERM: the
-// shim drains for less and kills leftovers at once, so that it is done before that.
-constexpr auto kDrainWhenStopped = std::chrono::milliseconds(250);
 // How long leftovers get between SIGTERM and SIGKILL.
 constexpr auto kLeftoverTerm = std::chrono::seconds(1);
 
@@ -51,12 +49,11 @@ void say(const std::string& prefix, const std::string& text) {
 void linger_until_stopped(int signal_fd, double linger_seconds) {
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<long>(linger_seconds * 1000));
-  while (Clock::now() < deadline) {
-    struct pollfd p = {signal_fd, POLLIN, 0};
-    if (::poll(&p, 1, poll_timeout_ms(&deadline)) < 0 && errno != EINTR) return;
-    for (const auto& e : read_signal_events(signal_fd)) {
-      if (e.signal != SIGCHLD) return;
-    }
+  bool stopped = false;
+  PollSet step;
+  step.add_signals(signal_fd, [&stopped](const SignalEvent&) { stopped = true; });
+  while (!stopped && Clock::now() < deadline) {
+    if (!step.wait(deadline).ok()) return;
   }
 }
 
@@ -196,26 +193,11 @@ int run_shim(const ShimOptions& options) {
     }
     bool exited = false;
     bool stop_requested = false;
-    Clock::time_point drain_deadline;
-    while (!exited || (output.open() && Clock::now() < drain_deadline)) {
-      std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
-      output.add_to(&fds);
-      if (::poll(fds.data(), fds.size(), poll_timeout_ms(exited ? &drain_deadline : nullptr)) < 0 &&
-          errno != EINTR) {
-        // Cannot happen with valid descriptors; if it does, do not report a guess.
-        say(prefix, std::string("poll: ") + std::strerror(errno));
-        if (!exited) {
-          ::kill(child.pid, SIGKILL);
-          int status = 0;
-          while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
-          }
-          result.signal = SIGKILL;
-        }
-        break;
-      }
-      output.service(fds, to_stdout, to_stderr, redraw_stdout, redraw_stderr);
-      for (const auto& e : read_signal_events(signal_fd)) {
-        if (e.signal == SIGCHLD) continue;
+    std::optional<Deadline> drain_deadline;  // once the program exited
+    while (!exited || (output.open() && Clock::now() < *drain_deadline)) {
+      PollSet step;
+      step.add(&output, to_stdout, to_stderr, redraw_stdout, redraw_stderr);
+      step.add_signals(signal_fd, [&](const SignalEvent& e) {
         // The process that started the shim (mpirun, or its orted on another host) stops
         // it only when the job is being ended; a signal from anyone else is a cause.
         if (!stop_requested) {
@@ -225,6 +207,18 @@ int run_shim(const ShimOptions& options) {
         // mpirun signals the whole process group, which includes the program; passing
         // its signals on as well would deliver them twice.
         if (e.sender != ::getppid()) ::kill(child.pid, e.signal);
+      });
+      if (Status s = step.wait(drain_deadline); !s.ok()) {
+        // Cannot happen with valid descriptors; if it does, do not report a guess.
+        say(prefix, s.message());
+        if (!exited) {
+          ::kill(child.pid, SIGKILL);
+          int status = 0;
+          while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+          }
+          result.signal = SIGKILL;
+        }
+        break;
       }
       int status = 0;
       if (!exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
@@ -232,7 +226,7 @@ int run_shim(const ShimOptions& options) {
         result.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-        drain_deadline = Clock::now() + (stop_requested ? kDrainWhenStopped : kDrainAfterExit);
+        drain_deadline = Clock::now() + (stop_requested ? kShimDrainWhenStopped : kDrainAfterExit);
         if (WIFSIGNALED(status)) {
           result.signal = WTERMSIG(status);
         } else {

@@ -1,18 +1,16 @@
 // kolorun's parent loop over mpirun (see supervisor.h).
 #include "launcher/supervisor.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <optional>
 #include <set>
 
 #include "common/deadline.h"
 #include "launcher/cause.h"
+#include "launcher/event_loop.h"
 #include "launcher/events.h"
 #include "launcher/lines.h"
 #include "launcher/process.h"
@@ -69,8 +67,8 @@ class Job {
   bool all_heard_of() const;
   void on_user_signal(int sig);
   void stop(const char* why);
-  // The nearest deadline to wake up for, or nullptr.
-  const Clock::time_point* next_deadline();
+  // The nearest deadline to wake up for, if any.
+  std::optional<Deadline> next_deadline() const;
   void on_deadlines();
   int exit_status();
 
@@ -93,7 +91,6 @@ class Job {
   bool killed_ = false;                        // SIGKILL sent to mpirun
   std::optional<Clock::time_point> grace_deadline_, kill_deadline_, finish_deadline_,
       drain_deadline_;
-  Clock::time_point wake_;
 };
 
 int Job::run() {
@@ -120,16 +117,12 @@ int Job::run() {
   auto to_stderr = [this](std::string_view line) { on_stderr_line(line); };
 
   while (!mpirun_status_ || (output.open() && Clock::now() < *drain_deadline_)) {
-    std::vector<struct pollfd> fds = {{signal_fd, POLLIN, 0}};
-    output.add_to(&fds);
-    const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(next_deadline()));
-    if (r < 0 && errno != EINTR) {
-      say(std::string("poll: ") + std::strerror(errno));
+    PollSet step;
+    step.add(&output, to_stdout, to_stderr);
+    step.add_signals(signal_fd, [this](const SignalEvent& e) { on_user_signal(e.signal); });
+    if (Status s = step.wait(next_deadline()); !s.ok()) {
+      say(s.message());
       stop("an internal error");
-    }
-    output.service(fds, to_stdout, to_stderr);
-    for (const auto& e : read_signal_events(signal_fd)) {
-      if (e.signal != SIGCHLD) on_user_signal(e.signal);
     }
     int status = 0;
     if (!mpirun_status_ && ::waitpid(mpirun_.pid, &status, WNOHANG) == mpirun_.pid) {
@@ -301,19 +294,14 @@ void Job::stop(const char* why) {
   kill_deadline_ = Clock::now() + seconds(o_.kill_after_seconds);
 }
 
-const Clock::time_point* Job::next_deadline() {
-  std::optional<Clock::time_point> best;
-  auto consider = [&](const std::optional<Clock::time_point>& d, bool active) {
-    if (active && d && (!best || *d < *best)) best = d;
-  };
-  consider(cause_deadline_, !cause_decided_);
-  consider(grace_deadline_, !stopping_);
-  consider(finish_deadline_, !stopping_);
-  consider(kill_deadline_, !killed_);
-  consider(drain_deadline_, mpirun_status_.has_value());
-  if (!best) return nullptr;
-  wake_ = *best;
-  return &wake_;
+std::optional<Deadline> Job::next_deadline() const {
+  Deadlines d;
+  d.consider(cause_deadline_, !cause_decided_);
+  d.consider(grace_deadline_, !stopping_);
+  d.consider(finish_deadline_, !stopping_);
+  d.consider(kill_deadline_, !killed_);
+  d.consider(drain_deadline_, mpirun_status_.has_value());
+  return d.earliest();
 }
 
 void Job::on_deadlines() {
