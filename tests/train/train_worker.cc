@@ -4,6 +4,8 @@
 //                                             worker (default cpu:0) against one replica
 //                                             trained in this process on the whole data;
 //                                             then a custom loop (custom_loop) the same way
+//   kolo_train_worker horovod                 HorovodStrategy (averaged gradients, its own
+//                                             loss scaling) against one replica, the same way
 //
 // Every check prints "<name> OK" or "FAILED: ..." (the CTest entries fail on FAILED).
 #include <unistd.h>
@@ -62,9 +64,11 @@ Trained train(kt::Strategy strategy, const kt::OptimizerSpec& opt) {
   return t;
 }
 
-void equivalence(const std::vector<std::string>& devices) {
-  kt::MultiWorkerMirroredStrategy strategy({}, devices);
+// fit with `strategy` over the job's workers takes the steps of one replica trained in
+// this process on the whole data: the same weights, evaluation and predictions.
+void equivalence(const kt::Strategy& strategy) {
   const int rank = kolo::rank();
+  const int replicas = strategy.num_local_replicas();
   for (const kt::OptimizerSpec& opt :
        {kt::OptimizerSpec(kt::SGD{.learning_rate = 0.1, .momentum = 0.9}),
         kt::OptimizerSpec(kt::Adam{.learning_rate = 0.01})}) {
@@ -76,8 +80,8 @@ void equivalence(const std::vector<std::string>& devices) {
     for (std::size_t i = 0; i < one.weights.size() && i < many.weights.size(); ++i) {
       worst = std::max(worst, (one.weights[i] - many.weights[i]).abs().max().item<double>());
     }
-    CHECK(worst < 2e-5, "rank %d %s: %d workers x %zu replicas differ from one replica by %g", rank,
-          name.c_str(), strategy.num_workers(), devices.size(), worst);
+    CHECK(worst < 2e-5, "rank %d %s %s: %d workers x %d replicas differ from one replica by %g",
+          rank, strategy.name().c_str(), name.c_str(), strategy.num_workers(), replicas, worst);
     const double dl = std::abs(*one.eval.get("loss") - *many.eval.get("loss"));
     const double da = std::abs(*one.eval.get("accuracy") - *many.eval.get("accuracy"));
     CHECK(dl < 1e-5 && da < 1e-9, "rank %d %s: evaluate gives loss %g acc %g, one replica %g %g",
@@ -86,8 +90,8 @@ void equivalence(const std::vector<std::string>& devices) {
     CHECK(many.predictions.sizes() == one.predictions.sizes() &&
               torch::allclose(many.predictions, one.predictions, 1e-4, 1e-5),
           "rank %d %s: predict differs from one replica's", rank, name.c_str());
-    std::printf("rank %d: equivalence %s (%d workers x %zu replicas, max diff %.2g) %s\n", rank,
-                name.c_str(), strategy.num_workers(), devices.size(), worst,
+    std::printf("rank %d: equivalence %s %s (%d workers x %d replicas, max diff %.2g) %s\n", rank,
+                strategy.name().c_str(), name.c_str(), strategy.num_workers(), replicas, worst,
                 g_failures ? "FAILED" : "OK");
   }
 }
@@ -169,8 +173,11 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "equivalence";
   try {
     if (mode == "equivalence") {
-      equivalence(split(argc > 2 ? argv[2] : "cpu:0"));
-      custom_loop(split(argc > 2 ? argv[2] : "cpu:0"));
+      const std::vector<std::string> devices = split(argc > 2 ? argv[2] : "cpu:0");
+      equivalence(kt::MultiWorkerMirroredStrategy({}, devices));
+      custom_loop(devices);
+    } else if (mode == "horovod") {
+      equivalence(kt::HorovodStrategy());
     } else {
       std::printf("FAILED: unknown mode %s\n", mode.c_str());
       return 2;

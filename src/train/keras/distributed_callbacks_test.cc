@@ -19,6 +19,7 @@
 #include "kolo/error.h"
 #include "kolo/train/callbacks.h"
 #include "train/keras/model_impl.h"
+#include "train/strategies/extended.h"
 #include "train/testing/callback_runs.h"
 #include "train/testing/fake_host.h"
 
@@ -137,8 +138,8 @@ TEST(MetricAverage, HorovodFitLeavesOutTheUsersCopies) {
     }
     return std::pair{averages, broadcasts};
   };
-  EXPECT_EQ(count(make_callbacks(user, 0, /*horovod=*/true, true)), std::pair(1, 0));
-  EXPECT_EQ(count(make_callbacks(user, 0, /*horovod=*/false, true)), std::pair(2, 1));
+  EXPECT_EQ(count(make_callbacks(user, 0, horovod_extended().get(), true)), std::pair(1, 0));
+  EXPECT_EQ(count(make_callbacks(user, 0, all_reduce_extended().get(), true)), std::pair(2, 1));
 }
 
 TEST(MetricAverage, AveragesInNameOrderInPlace) {

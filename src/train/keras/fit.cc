@@ -1,18 +1,19 @@
-// fit, evaluate and predict (model.h): Keras's loops over a strategy's replicas.
+// fit, evaluate and predict (model.h): Keras's loops over a strategy's replicas. One path
+// for every strategy: what differs between them is the strategy's extended part
+// (strategies/extended.h), which fit asks and never branches on.
 //
 // One training step, with L local replicas and W workers:
 //   1. every replica (its own thread) takes its slice of the global batch, runs forward,
-//      the loss (per-example losses summed, / its batch size, / num_replicas_in_sync; the
-//      Horovod strategy leaves out the last factor, its optimizer averages) and backward,
-//      and adds its batch to its metric state;
-//   2. L > 1: the replicas' gradients are summed into replica 0's (each thread sums a
-//      share of the parameters);
-//   3. W > 1: replica 0's gradients are summed over the workers by kolo's runtime; with
+//      the loss (per-example losses summed, / its batch size, / the strategy's
+//      loss_divisor: num_replicas_in_sync, or 1 for Horovod, whose optimizer averages) and
+//      backward, and adds its batch to its metric state;
+//   2. the strategy reduces the gradients into replica 0's: the replicas' sum (each thread
+//      sums a share of the parameters), then over the workers by kolo's runtime (with
 //      L == 1 through kolo::DistributedOptimizer, whose hooks start each allreduce during
-//      backward; else one allreduce per gradient after step 2 (fused by the runtime);
-//   4. the optimizer steps replica 0, whose parameters are copied to the others;
-//   5. the metric states are summed over replicas and workers (one small allreduce), so
-//      every worker logs the same exact values.
+//      backward; else one allreduce per gradient, fused by the runtime);
+//   3. the optimizer steps replica 0, whose parameters are copied to the others;
+//   4. the strategy sums the metric states over the workers (one small allreduce started
+//      before backward), so every worker logs the same exact values.
 //
 // The epoch loop (FitLoop::run, fit_loop.h) goes on from a position (epoch, batch, the
 // epoch's metric sums) and has the commit points that elastic fit (elastic_fit.cc) uses.
@@ -22,6 +23,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "common/logging.h"
@@ -103,35 +106,19 @@ torch::Tensor rows(const torch::Tensor& t, const torch::Tensor& idx, const torch
 
 }  // namespace
 
-CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, bool horovod,
-                            bool history) {
+CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose,
+                            const StrategyExtended* strategy, bool history) {
   CallbackList list;
-  if (horovod) list.all.push_back(std::make_shared<MetricAverage>());
+  if (strategy != nullptr) list.all = strategy->leading_callbacks();
   bool have_bar = false;
   for (const auto& c : user) have_bar |= dynamic_cast<ProgbarLogger*>(c.get()) != nullptr;
   if (verbose != 0 && !have_bar) list.all.push_back(std::make_shared<ProgbarLogger>());
-  bool warned_average = false, warned_broadcast = false;
+  std::set<std::string> warned;
   for (const auto& c : user) {
     if (!c) throw Error(ErrorCode::kInvalidArgument, "a callback is null");
-    // Horovod's callback list, as Horovod's Keras examples write it, under the Horovod
-    // strategy: what these callbacks do is done already, so the copies are left out (a
-    // second MetricAverage would average averages; a second broadcast costs one).
-    if (horovod && dynamic_cast<MetricAverage*>(c.get()) != nullptr) {
-      if (!std::exchange(warned_average, true)) {
-        KOLO_LOG(kWarning, "train")
-            << "Model::fit: HorovodStrategy's fit already averages the epoch's logs over the "
-               "workers (it adds MetricAverage first): the MetricAverage in "
-               "FitOptions::callbacks does nothing; remove it";
-      }
-      continue;
-    }
-    if (horovod && dynamic_cast<BroadcastGlobalVariables*>(c.get()) != nullptr) {
-      if (!std::exchange(warned_broadcast, true)) {
-        KOLO_LOG(kWarning, "train")
-            << "Model::fit: under HorovodStrategy every worker already starts from the "
-               "chief's weights (the model broadcasts them when it is built and when weights "
-               "are loaded, and every step applies the same averaged gradients): the "
-               "BroadcastGlobalVariables in FitOptions::callbacks does nothing; remove it";
+    if (const char* why = strategy != nullptr ? strategy->redundant_callback(*c) : nullptr) {
+      if (warned.insert(why).second) {
+        KOLO_LOG(kWarning, "train") << why;
       }
       continue;
     }
@@ -153,8 +140,9 @@ namespace detail {
 // this step's metric state summed over every replica of every worker.
 std::vector<double> train_step(Model::Impl& m, const Dataset& data,
                                const std::vector<torch::Tensor>& pieces) {
+  const StrategyExtended& strategy = *m.strategy_impl->extended;
   const int L = m.local();
-  const double replicas = m.strategy.horovod() ? 1.0 : m.strategy.num_replicas_in_sync();
+  const double divisor = strategy.loss_divisor(m);
   std::vector<std::vector<double>> states(
       static_cast<std::size_t>(L),
       std::vector<double>(static_cast<std::size_t>(m.state_size), 0.0));
@@ -173,7 +161,7 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
     torch::Tensor per = m.loss->per_example(out, y);
     const torch::Tensor total = per.sum();
     losses[static_cast<std::size_t>(r)] =
-        total * (1.0 / static_cast<double>(std::max<std::int64_t>(b, 1)) / replicas);
+        total * (1.0 / static_cast<double>(std::max<std::int64_t>(b, 1)) / divisor);
     auto& st = states[static_cast<std::size_t>(r)];
     st[0] = total.item<double>();
     st[1] = static_cast<double>(b);
@@ -186,54 +174,12 @@ std::vector<double> train_step(Model::Impl& m, const Dataset& data,
   for (const auto& st : states) {
     for (std::size_t i = 0; i < state.size(); ++i) state[i] += st[i];
   }
-  // The metrics' allreduce goes out before backward: it is negotiated and run while the
+  // The metrics' sum goes out before backward: it is negotiated and run while the
   // replicas compute their gradients, instead of costing a cycle of its own after them.
-  std::optional<TorchHandle> metrics_handle;
-  torch::Tensor state_tensor;
-  if (m.workers() > 1 && !m.strategy.horovod()) {
-    state_tensor = torch::tensor(state, torch::kFloat64);
-    metrics_handle =
-        kolo::allreduce_async(state_tensor, {.name = "train.metrics", .op = ReduceOp::kSum});
-  }
+  std::optional<TorchHandle> metrics_handle = strategy.start_metric_sum(m, state);
   m.strategy.for_each_replica([&](int r) { losses[static_cast<std::size_t>(r)].backward(); });
-
-  if (L > 1) {
-    // Each replica thread sums its share of the parameters into replica 0's gradients.
-    const std::size_t n = m.params[0].size();
-    m.strategy.for_each_replica([&](int share) {
-      torch::NoGradGuard no_grad;
-      for (std::size_t i = static_cast<std::size_t>(share); i < n;
-           i += static_cast<std::size_t>(L)) {
-        torch::Tensor& g0 = m.params[0][i].mutable_grad();
-        for (int r = 1; r < L; ++r) {
-          const torch::Tensor& g = m.params[static_cast<std::size_t>(r)][i].grad();
-          if (!g.defined()) continue;
-          torch::Tensor here = g.to(m.params[0][i].device());
-          if (g0.defined()) {
-            g0.add_(here);
-          } else {
-            g0 = here.clone();
-          }
-        }
-      }
-    });
-  }
-
-  if (m.workers() > 1 && L > 1) {
-    std::vector<TorchHandle> handles;
-    for (std::size_t i = 0; i < m.params[0].size(); ++i) {
-      torch::Tensor& g = m.params[0][i].mutable_grad();
-      if (!g.defined()) g = torch::zeros_like(m.params[0][i]);
-      handles.push_back(kolo::allreduce_async_(
-          g, {.name = "train.grad." + m.param_names[i], .op = ReduceOp::kSum}));
-    }
-    for (auto& h : handles) h.wait();
-  }
-  if (m.distributed) {
-    m.distributed->step();
-  } else {
-    m.optimizer->step();
-  }
+  strategy.reduce_gradients(m);
+  strategy.apply_gradients(m);
   ++m.iterations;
   m.copy_to_replicas();
   if (metrics_handle) {
@@ -450,16 +396,9 @@ History Model::fit(const Dataset& data_in, FitOptions o) {
   require_compiled(m, "fit");
   require_labels(data_in, "fit");
   check_input_shape(m, data_in, "fit");
-  if (auto ps = m.strategy.impl_->ps) {
-    if (o.elastic.enabled) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "Model::fit: ParameterServerStrategy is not elastic: it has its own recovery "
-                  "(kolorun --max-restarts restarts a failed worker; docs/ps.md); "
-                  "FitOptions::elastic is for HorovodStrategy and MultiWorkerMirroredStrategy");
-    }
-    return fit_with_parameter_servers(*this, m, *ps, data_in, o);
-  }
-  check_elastic(*m.strategy.impl_, data_in, o);
+  const StrategyExtended& strategy = *m.strategy_impl->extended;
+  if (auto own = strategy.fit(*this, m, data_in, o)) return std::move(*own);
+  check_elastic(*m.strategy_impl, data_in, o);
   if (o.epochs < 0 || o.initial_epoch < 0) {
     throw Error(ErrorCode::kInvalidArgument, "fit: epochs and initial_epoch must be >= 0");
   }
@@ -490,7 +429,7 @@ History Model::fit(const Dataset& data_in, FitOptions o) {
   m.resolve_metrics(loop.in.local.x(), loop.in.local.y());
   const std::int64_t steps = plan(m, loop.in, o.batch_size, false, 0, 0, o.steps_per_epoch).steps;
 
-  loop.callbacks = make_callbacks(o.callbacks, o.verbose, m.strategy.horovod(), true);
+  loop.callbacks = make_callbacks(o.callbacks, o.verbose, &strategy, true);
   TrainParams params;
   params.epochs = o.epochs;
   params.initial_epoch = o.initial_epoch;
@@ -531,7 +470,7 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions o) {
   require_compiled(m, "evaluate");
   require_labels(data, "evaluate");
   check_input_shape(m, data, "evaluate");
-  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, false, false);
+  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, nullptr, false);
   TrainParams params;
   params.verbose = o.verbose;
   params.metrics = metrics_names();
@@ -551,7 +490,7 @@ torch::Tensor Model::predict(const Dataset& data, PredictOptions o) {
   Dataset all = data.with_auto_shard_policy(AutoShardPolicy::kData);
   Input in = prepare(m, all, o.batch_size, o.steps);
   const EpochPlan p = plan(m, in, o.batch_size, false, 0, 0, o.steps);
-  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, false, false);
+  CallbackList callbacks = make_callbacks(o.callbacks, o.verbose, nullptr, false);
   TrainParams params;
   params.verbose = o.verbose;
   params.steps = p.steps;

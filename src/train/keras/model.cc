@@ -40,6 +40,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 Model::Model(std::shared_ptr<torch::nn::Module> module, Forward forward, Strategy strategy)
     : impl_(std::make_unique<Impl>(std::move(strategy), std::move(forward))) {
   Impl& m = *impl_;
+  m.strategy_impl = m.strategy.impl_;
   if (!module) throw Error(ErrorCode::kInvalidArgument, "Model: the module is null");
   const auto& devices = m.strategy.devices();
   module->to(devices[0]);
@@ -65,7 +66,7 @@ Model::Model(std::shared_ptr<torch::nn::Module> module, Forward forward, Strateg
   // An elastic job's worker may be one that joins while the others train: its first
   // collective must be elastic fit's sync (which gives it the chief's weights), so the
   // weights are not broadcast here.
-  if (m.workers() > 1 && !elastic_job(*m.strategy.impl_)) {
+  if (m.workers() > 1 && !elastic_job(*m.strategy_impl)) {
     // TensorFlow broadcasts each variable's initial value from the chief.
     broadcast_parameters(named(m.param_names, m.params[0]), 0);
     broadcast_parameters(named(m.buffer_names, m.buffers[0]), 0);
@@ -94,16 +95,7 @@ void Model::compile(const OptimizerSpec& optimizer, const LossSpec& loss,
   m.loss = resolve_loss(loss);
   m.metric_specs = metrics;
   m.metrics.clear();
-  if (m.strategy.horovod() && m.local() != 1) {
-    throw Error(ErrorCode::kInvalidArgument, "HorovodStrategy runs one replica per process");
-  }
-  // In an elastic job the workers may grow from one: the optimizer then reduces already.
-  if ((m.workers() > 1 || elastic_job(*m.strategy.impl_)) && m.local() == 1) {
-    DistributedOptimizerOptions o;
-    o.op = m.strategy.horovod() ? ReduceOp::kAverage : ReduceOp::kSum;
-    o.broadcast_buffers = false;
-    m.distributed = std::make_unique<DistributedOptimizer>(*m.optimizer, *m.replicas[0], o);
-  }
+  m.distributed = m.strategy_impl->extended->distributed_optimizer(m);
   m.compiled = true;
 }
 

@@ -19,7 +19,7 @@
 namespace kolo::train {
 
 // The callbacks of one call: Keras's order (the progress bar first, History last), with
-// the Horovod strategy's metric averaging before everything else.
+// the strategy's own (the Horovod strategy's metric averaging) before everything else.
 struct CallbackList {
   std::vector<CallbackPtr> all;
   std::shared_ptr<History> history;
@@ -35,8 +35,11 @@ struct CallbackList {
   }
 };
 
-CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose, bool horovod,
-                            bool history);
+// `strategy` (null for evaluate and predict) adds its leading callbacks and leaves out the
+// user's that it makes redundant (StrategyExtended).
+class StrategyExtended;
+CallbackList make_callbacks(const std::vector<CallbackPtr>& user, int verbose,
+                            const StrategyExtended* strategy, bool history);
 
 // fit with a ParameterServerStrategy (ps_fit.cc): the chief schedules the steps, workers
 // and ps tasks serve until the chief ends the job.
@@ -47,6 +50,8 @@ History fit_with_parameter_servers(Model& model, Model::Impl& m,
 struct Model::Impl {
   Impl(Strategy s, Forward f) : strategy(std::move(s)), forward(std::move(f)) {}
   Strategy strategy;
+  // strategy's state (strategy_impl.h): its `extended` part is what fit asks of it.
+  std::shared_ptr<const Strategy::Impl> strategy_impl;
   Forward forward;
   // replicas[0] is the user's module; the others are clones on the other devices.
   std::vector<std::shared_ptr<torch::nn::Module>> replicas;

@@ -459,6 +459,7 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterResolver resolver,
   impl_->workers = 1;  // replicas in one step (TF: num_replicas_in_sync is per worker)
   impl_->worker = 0;
   impl_->ps = std::make_shared<PsImpl>(std::move(resolver), partitioner, options);
+  impl_->extended = parameter_server_extended();
   impl_->pool = std::make_unique<ReplicaPool>(1, 0);
 }
 

@@ -105,7 +105,7 @@ History fit_with_parameter_servers(Model& model, Model::Impl& m,
   // The chief.
   FitOptions eo = o;
   if (eo.verbose == 1) eo.verbose = 2;
-  CallbackList callbacks = make_callbacks(eo.callbacks, eo.verbose, false, true);
+  CallbackList callbacks = make_callbacks(eo.callbacks, eo.verbose, nullptr, true);
   TrainParams params;
   params.epochs = o.epochs;
   params.initial_epoch = o.initial_epoch;

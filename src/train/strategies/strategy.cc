@@ -376,6 +376,7 @@ std::shared_ptr<Strategy::Impl> horovod_impl() {
   auto impl = make_impl("horovod", {kolo::device()}, kolo::size(), kolo::rank());
   impl->runtime = true;
   impl->horovod = true;
+  impl->extended = horovod_extended();
   return impl;
 }
 

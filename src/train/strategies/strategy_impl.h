@@ -16,6 +16,7 @@
 #include "kolo/kolo.h"
 #include "kolo/train/parameter_server.h"
 #include "kolo/train/strategy.h"
+#include "train/strategies/extended.h"
 
 namespace kolo::train {
 
@@ -69,7 +70,9 @@ struct Strategy::Impl {
   // workers at each change (these then only answer when kolo is down).
   int workers = 1, worker = 0;
   bool runtime = false;
-  bool horovod = false;
+  bool horovod = false;  // Strategy::horovod(); what it changes is in `extended`
+  // What the strategy does inside Model's loops (extended.h).
+  std::shared_ptr<const StrategyExtended> extended = all_reduce_extended();
   CommunicationOptions options;
   std::unique_ptr<ReplicaPool> pool;
   // ParameterServerStrategy's state (null for the other strategies).
