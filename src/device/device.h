@@ -1,0 +1,160 @@
+// The device layer: one accelerator's memory, streams, events, kernels and collectives,
+// behind an interface with two implementations, as leveldb's Env makes the outside world
+// swappable in tests:
+//   - the real one (cuda/, built with KOLO_CUDA): the CUDA runtime, kolo's CUDA kernels
+//     and NCCL;
+//   - a host stand-in (host/): host memory, one thread per stream, events as completion
+//     markers, kolo's CPU kernels, and "NCCL" calls done over a CPU transport.
+// The data path for device tensors (the NCCL backend, stream ordering, device fusion) is
+// written once against this interface, so every line of its control logic runs in the
+// CPU tests.
+//
+// Semantics are CUDA's: work enqueued on one stream runs in order; work on two streams is
+// ordered only through events; enqueueing returns at once and a failure of the work shows
+// later (at the next query or synchronize of an event recorded after it, as a sticky
+// error of its stream). Every host wait is bounded (synchronize takes a deadline), and so
+// is a stream's wait for an event (the device's timeout).
+//
+// Not for: tensors and dtypes of a framework (the adapters map torch tensors to
+// pointers), choosing a backend per response (the runtime's table).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+#include "kolo/types.h"
+#include "transport/communicator.h"
+
+namespace kolo::device {
+
+// An ordered queue of work on a device (cudaStream_t). Made by its Device, used only with
+// it.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+};
+
+// A point in a stream's work (cudaEvent_t): record() captures the work enqueued on a
+// stream so far; the event completes when that work has. A later record() moves it. An
+// event never recorded counts as complete (as CUDA's).
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+// What every rank of a device communicator passes to create_collectives() (NCCL's
+// ncclUniqueId, 128 bytes): made on one rank, sent to the others over the control plane.
+struct UniqueId {
+  std::array<unsigned char, 128> bytes{};
+  bool operator==(const UniqueId&) const = default;
+};
+
+class Collectives;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "cuda:0", "host stand-in 0": shown in logs and errors.
+  virtual std::string name() const = 0;
+
+  // --- memory --------------------------------------------------------------------------
+  // Device memory of `bytes` bytes (at least 256-byte aligned), released with release().
+  virtual Status allocate(std::size_t bytes, void** out) = 0;
+  virtual void release(void* ptr) = 0;
+
+  // --- streams and events --------------------------------------------------------------
+  virtual Status create_stream(std::unique_ptr<Stream>* out) = 0;
+  virtual Status create_event(std::unique_ptr<Event>* out) = 0;
+  // `event` marks the work enqueued on `stream` so far.
+  virtual Status record(Event& event, Stream& stream) = 0;
+  // Work enqueued on `stream` after this call starts once `event` (as last recorded) has
+  // completed; the host does not wait. A failure of the event's stream fails `stream` too.
+  virtual Status wait_event(Stream& stream, Event& event) = 0;
+  // Whether `event` has completed: OK with *done, or the error of the work it marks.
+  virtual Status query(Event& event, bool* done) = 0;
+  // The host waits for `event` until `deadline`: OK, the error of the work it marks, or
+  // kPeerFailure naming the device when the deadline passed first.
+  virtual Status synchronize(Event& event, Deadline deadline) = 0;
+
+  // --- work on a stream (asynchronous: each returns once enqueued) ----------------------
+  // `bytes` bytes from src to dst, each device or host memory.
+  virtual Status copy(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
+  // dst[i] = to(src[i] * factor / divisor) for i < count (common/convert.h's
+  // convert_scaled: the same dtype, or float32/float64 <-> float16/bfloat16). The fusion
+  // kernels: pack with prescale and compression, unpack with postscale and averaging.
+  virtual Status convert(void* dst, DataType to, const void* src, DataType from, std::size_t count,
+                         double factor, double divisor, Stream& stream) = 0;
+  // dst[i] = op(dst[i], src[i]) for i < count (`op` not kAverage): the reductions of the
+  // paths that move device memory themselves (CUDA IPC).
+  virtual Status reduce(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op,
+                        Stream& stream) = 0;
+  // Runs `fn` on a host thread once the work enqueued before it on `stream` has finished
+  // (cudaLaunchHostFunc); later work on the stream waits for it. `fn` must not call the
+  // device.
+  virtual Status host_function(Stream& stream, std::function<void()> fn) = 0;
+
+  // --- collectives ---------------------------------------------------------------------
+  // A new UniqueId for one communicator (ncclGetUniqueId), on one of its ranks.
+  virtual Status create_unique_id(UniqueId* out) = 0;
+  // This rank's part of the communicator of `size` ranks that every rank names with `id`
+  // (ncclCommInitRank, non-blocking, waited for until `deadline`).
+  virtual Status create_collectives(const UniqueId& id, int rank, int size, Deadline deadline,
+                                    std::unique_ptr<Collectives>* out) = 0;
+};
+
+// Device collectives over the ranks of one communicator (an ncclComm_t): NCCL's calls,
+// each enqueued on a stream of the device it was made by. Every rank calls the same
+// collectives in the same order (the runtime's negotiation guarantees it). Arguments are
+// checked when a call is made (kInvalidArgument); failures of the work itself, such as a
+// peer that never takes part, show as async_error() and as the stream's error.
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // recv = op over the ranks' send (count elements each; send == recv allowed). kAverage
+  // divides the sum by size() (NCCL's ncclAvg; integers truncate toward zero).
+  virtual Status allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                           ReduceOp op, Stream& stream) = 0;
+  // root's send (bytes) into every rank's recv (send == recv allowed; send unused off
+  // root).
+  virtual Status broadcast(const void* send, void* recv, std::size_t bytes, int root,
+                           Stream& stream) = 0;
+  // Every rank's `bytes` bytes at send, concatenated in rank order into recv.
+  virtual Status allgather(const void* send, void* recv, std::size_t bytes, Stream& stream) = 0;
+  // Rank r contributes recv_bytes[r] bytes (grouped broadcasts or sends in NCCL).
+  virtual Status allgatherv(const void* send, void* recv,
+                            const std::vector<std::size_t>& recv_bytes, Stream& stream) = 0;
+  // send holds size() blocks of recv_count elements; rank r receives block r reduced
+  // over the ranks.
+  virtual Status reducescatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                               ReduceOp op, Stream& stream) = 0;
+  // send_bytes[r] bytes go to rank r, recv_bytes[r] come from it, consecutive in rank
+  // order (grouped ncclSend/ncclRecv).
+  virtual Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                           const std::vector<std::size_t>& recv_bytes, Stream& stream) = 0;
+
+  // OK, or the error that broke this communicator (ncclCommGetAsyncError): after one,
+  // every later call fails with it; the owner aborts the communicator and makes a new one.
+  virtual Status async_error() = 0;
+  // Ends the communicator's work now (ncclCommAbort): calls under way fail, later ones
+  // fail at once. Safe from any thread.
+  virtual void abort() = 0;
+};
+
+// The NCCL way of making one communicator, written once for every device: rank 0 of
+// `control` makes the UniqueId, control_broadcast gives it to the others, and every rank
+// creates its part over the same ranks. `control` is a CPU communicator (the job's, or a
+// process set's), used on this thread only.
+Status connect_collectives(Device& device, transport::Communicator& control, Deadline deadline,
+                           std::unique_ptr<Collectives>* out);
+
+}  // namespace kolo::device
