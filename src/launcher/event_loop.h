@@ -38,11 +38,14 @@ inline constexpr auto kDrainWhenStopping = std::chrono::milliseconds(500);
 // The mpirun shim once the job is being stopped: mpirun sends SIGKILL one second after its
 // SIGTERM, so the shim drains for less (and kills leftovers at once) to be done before that.
 inline constexpr auto kShimDrainWhenStopped = std::chrono::milliseconds(250);
-// The remote wrapper once kolorun stopped its worker: none, it stops reading as soon as its
-// program exited. (It was written kKillAfter / 8, std::chrono::seconds(2) / 8, which is 0 s
-// in whole seconds; whether 250 ms was meant, like the shim's, is open: it would change
-// what a stopped remote worker's last lines are.)
-inline constexpr auto kRemoteDrainWhenStopped = std::chrono::seconds(0);
+// The remote wrapper once kolorun stopped its worker, as the shim's. kolorun stops a remote
+// worker by closing ssh's stdin and SIGKILLs ssh kill_after_seconds (2 s, job.h) later,
+// which loses whatever the wrapper has not yet written; only after ssh exited does its own
+// kDrainWhenStopping read what ssh left in the pipe. So this drain, after a program that
+// exits on its SIGTERM, ends well inside those 2 s. (It was kKillAfter / 8, seconds(2) / 8,
+// which is 0 s in whole seconds: a stopped worker's last lines, still in the pipe or from
+// something it left behind, were lost.)
+inline constexpr auto kRemoteDrainWhenStopped = std::chrono::milliseconds(250);
 
 // The earliest of a loop's deadlines, those that are set and still matter.
 class Deadlines {

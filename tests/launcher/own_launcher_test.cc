@@ -346,6 +346,28 @@ TEST(OwnLauncher, OtherHostsRunThroughSshAndTheRemoteWrapper) {
   EXPECT_LT(r.seconds, 8) << r.err;
 }
 
+// A stopped remote worker's last line, written after its program exited by something the
+// program left holding its output, still arrives: the wrapper reads on for
+// kRemoteDrainWhenStopped (event_loop.h; it was 0 s, and the wrapper SIGKILLed its group
+// at once). The line waits for no clock: the background subshell writes it as soon as the
+// wrapper has reaped the program (kill -0 on a zombie still succeeds), so without the
+// drain it is lost every time, and with it the wrapper has 250 ms to spare for a few ms.
+TEST(OwnLauncher, AStoppedRemoteWorkersLastLineAfterItsExitArrives) {
+  ScratchDir dir;
+  auto env = fake_ssh_env(dir);
+  KolorunProcess p({"-H", "hostb:1", "--rendezvous-addr", "127.0.0.1", "-np", "1", "sh", "-c",
+                    "trap '(while kill -0 $$ 2>/dev/null; do sleep 0.01; done; "
+                    "echo after the exit >&2) & exit 0' TERM; echo ready; sleep 30 & wait"},
+                   env);
+  ASSERT_TRUE(p.wait_for_lines("[0] ready", 1, 20)) << p.out();
+  ::kill(p.pid(), SIGTERM);  // kolorun closes ssh's stdin; the wrapper sends the SIGTERM
+  RunResult r = p.wait(20);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_TRUE(contains(r.err, "[0] after the exit\n")) << r.err;
+  EXPECT_FALSE(contains(r.err, "KOLO_LAUNCHER_EVENT")) << r.err;
+  EXPECT_LT(r.seconds, 8) << r.err;
+}
+
 // Real ssh to this host, where an sshd listens and keys let us in (the lead's namespace
 // hosts cover several hosts).
 TEST(OwnLauncher, RealSshToLocalhost) {
