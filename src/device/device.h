@@ -12,8 +12,10 @@
 // Semantics are CUDA's: work enqueued on one stream runs in order; work on two streams is
 // ordered only through events; enqueueing returns at once and a failure of the work shows
 // later (at the next query or synchronize of an event recorded after it, as a sticky
-// error of its stream). Every host wait is bounded (synchronize takes a deadline), and so
-// is a stream's wait for an event (the device's timeout).
+// error of its stream). Every host wait is bounded (synchronize takes a deadline). A
+// stream's wait for an event is bounded by the stand-in's timeout; a GPU's is not (CUDA
+// has no such bound): there the host's bounded synchronize and the collectives' abort()
+// end a wait for a peer that never comes.
 //
 // Not for: tensors and dtypes of a framework (the adapters map torch tensors to
 // pointers), choosing a backend per response (the runtime's table).

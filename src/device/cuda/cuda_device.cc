@@ -1,0 +1,210 @@
+// The CUDA device (cuda_device.h).
+#include "device/cuda/cuda_device.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "device/cuda/kernels.h"
+
+namespace kolo::device::cuda {
+
+namespace {
+
+Status cuda_error(const std::string& what, cudaError_t e) {
+  return Status(ErrorCode::kInternal,
+                what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+class CudaStream : public Stream {
+ public:
+  CudaStream(cudaStream_t s, bool owned) : stream(s), owned_(owned) {}
+  ~CudaStream() override {
+    if (owned_) cudaStreamDestroy(stream);
+  }
+  const cudaStream_t stream;
+
+ private:
+  const bool owned_;
+};
+
+class CudaEvent : public Event {
+ public:
+  explicit CudaEvent(cudaEvent_t e) : event(e) {}
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  const cudaEvent_t event;
+  bool recorded = false;  // an event never recorded counts as complete
+};
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(const CudaDeviceOptions& o) : o_(o) {}
+
+  std::string name() const override { return "cuda:" + std::to_string(o_.index); }
+
+  Status allocate(std::size_t bytes, void** out) override {
+    KOLO_RETURN_IF_ERROR(use());
+    const cudaError_t e = cudaMalloc(out, bytes == 0 ? 1 : bytes);
+    if (e != cudaSuccess)
+      return cuda_error(name() + ": cudaMalloc of " + std::to_string(bytes) + " bytes", e);
+    return Status::OK();
+  }
+  void release(void* ptr) override {
+    if (use().ok()) cudaFree(ptr);
+  }
+
+  Status create_stream(std::unique_ptr<Stream>* out) override {
+    KOLO_RETURN_IF_ERROR(use());
+    cudaStream_t s;
+    const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return cuda_error(name() + ": cudaStreamCreateWithFlags", e);
+    *out = std::make_unique<CudaStream>(s, true);
+    return Status::OK();
+  }
+  Status create_event(std::unique_ptr<Event>* out) override {
+    KOLO_RETURN_IF_ERROR(use());
+    cudaEvent_t ev;
+    const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return cuda_error(name() + ": cudaEventCreateWithFlags", e);
+    *out = std::make_unique<CudaEvent>(ev);
+    return Status::OK();
+  }
+
+  Status record(Event& event, Stream& stream) override {
+    KOLO_RETURN_IF_ERROR(use());
+    CudaEvent& ev = as_event(event);
+    const cudaError_t e = cudaEventRecord(ev.event, native_stream(stream));
+    if (e != cudaSuccess) return cuda_error(name() + ": cudaEventRecord", e);
+    ev.recorded = true;
+    return Status::OK();
+  }
+  Status wait_event(Stream& stream, Event& event) override {
+    KOLO_RETURN_IF_ERROR(use());
+    const cudaError_t e = cudaStreamWaitEvent(native_stream(stream), as_event(event).event, 0);
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": cudaStreamWaitEvent", e);
+  }
+  Status query(Event& event, bool* done) override {
+    KOLO_RETURN_IF_ERROR(use());
+    CudaEvent& ev = as_event(event);
+    *done = true;
+    if (!ev.recorded) return Status::OK();
+    const cudaError_t e = cudaEventQuery(ev.event);
+    if (e == cudaErrorNotReady) {
+      *done = false;
+      return Status::OK();
+    }
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": the work before an event", e);
+  }
+  Status synchronize(Event& event, Deadline deadline) override {
+    // Polls: a spin first (most waits are short), then sleeps that grow to 1 ms.
+    auto pause = std::chrono::microseconds(0);
+    for (;;) {
+      bool done = false;
+      KOLO_RETURN_IF_ERROR(query(event, &done));
+      if (done) return Status::OK();
+      if (Clock::now() >= deadline) {
+        return PeerFailure(name() +
+                           ": an event did not complete in time: the GPU work before it "
+                           "is still running or waits for a peer that does not take part");
+      }
+      if (pause.count() == 0) {
+        std::this_thread::yield();
+        pause = std::chrono::microseconds(10);
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream& stream) override {
+    if (bytes == 0) return Status::OK();
+    KOLO_RETURN_IF_ERROR(use());
+    const cudaError_t e =
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native_stream(stream));
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": cudaMemcpyAsync", e);
+  }
+  Status convert(void* dst, DataType to, const void* src, DataType from, std::size_t count,
+                 double factor, double divisor, Stream& stream) override {
+    KOLO_RETURN_IF_ERROR(use());
+    const cudaError_t e =
+        launch_convert(dst, to, src, from, count, factor, divisor, native_stream(stream));
+    if (e == cudaErrorInvalidValue) {
+      return InvalidArgument(name() + ": cannot convert " + dtype_name(from) + " to " +
+                             dtype_name(to) +
+                             " (the same dtype, or float32/float64 to and from "
+                             "float16/bfloat16)");
+    }
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": the convert kernel", e);
+  }
+  Status reduce(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op,
+                Stream& stream) override {
+    if (op == ReduceOp::kAverage) {
+      return InvalidArgument(name() +
+                             ": reduce takes no kAverage (sum, then convert with a "
+                             "divisor)");
+    }
+    KOLO_RETURN_IF_ERROR(use());
+    const cudaError_t e = launch_reduce(dst, src, count, dtype, op, native_stream(stream));
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": the reduce kernel", e);
+  }
+  Status host_function(Stream& stream, std::function<void()> fn) override {
+    KOLO_RETURN_IF_ERROR(use());
+    auto* heap = new std::function<void()>(std::move(fn));
+    const cudaError_t e = cudaLaunchHostFunc(
+        native_stream(stream),
+        [](void* p) {
+          auto* f = static_cast<std::function<void()>*>(p);
+          (*f)();
+          delete f;
+        },
+        heap);
+    if (e != cudaSuccess) {
+      delete heap;
+      return cuda_error(name() + ": cudaLaunchHostFunc", e);
+    }
+    return Status::OK();
+  }
+
+  Status create_unique_id(UniqueId* out) override { return nccl_unique_id(out); }
+  Status create_collectives(const UniqueId& id, int rank, int size, Deadline deadline,
+                            std::unique_ptr<Collectives>* out) override {
+    KOLO_RETURN_IF_ERROR(use());
+    return make_nccl_collectives(o_.index, id, rank, size, o_.timeout_seconds, deadline, out);
+  }
+
+ private:
+  Status use() const {
+    const cudaError_t e = cudaSetDevice(o_.index);
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": cudaSetDevice", e);
+  }
+  static CudaEvent& as_event(Event& e) { return static_cast<CudaEvent&>(e); }
+
+  const CudaDeviceOptions o_;
+};
+
+}  // namespace
+
+Status make_cuda_device(const CudaDeviceOptions& options, std::unique_ptr<Device>* out) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    return Status(ErrorCode::kUnsupported, std::string("no CUDA device: ") + cudaGetErrorName(e) +
+                                               " (" + cudaGetErrorString(e) + ")");
+  }
+  if (options.index < 0 || options.index >= count) {
+    return Status(ErrorCode::kUnsupported, "no CUDA device " + std::to_string(options.index) +
+                                               ": this process sees " + std::to_string(count));
+  }
+  *out = std::make_unique<CudaDevice>(options);
+  return Status::OK();
+}
+
+std::unique_ptr<Stream> stream_view(cudaStream_t stream) {
+  return std::make_unique<CudaStream>(stream, false);
+}
+
+cudaStream_t native_stream(Stream& stream) { return static_cast<CudaStream&>(stream).stream; }
+
+}  // namespace kolo::device::cuda
