@@ -12,7 +12,9 @@
 # line per step (ok / FAILED / skipped) and the script exits non-zero if any failed.
 # Steps: configure (tests off: no GoogleTest needed), build, torch_worker on 1 rank and on
 # 2 ranks sharing the one GPU (kolo stages CUDA tensors through host memory, so no NCCL),
-# fashion_mnist --epochs 1 on 1 and 2 ranks.
+# fashion_mnist --epochs 1 on 1 and 2 ranks; then the device layer (src/device, built with
+# KOLO_CUDA=ON and GoogleTest, carried as sources if the image has none): its tests on
+# cuda:0 (kernels, streams, events, NCCL at one rank) and on the host stand-in.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=$PWD/build-gpu-deps
@@ -23,6 +25,8 @@ if [ "${1:-}" = "--prepare" ]; then
     [ -e "$h" ] || { echo "missing $h: run scripts/setup.sh first" >&2; exit 1; }
     cp -r "$h" "$deps/include/"
   done
+  # GoogleTest's sources, for the device layer's tests (the GPU image may lack GTest).
+  cp -r /usr/src/googletest "$deps/googletest"
   # The GPU image has no Debian dataset package: Fashion-MNIST travels too (~31 MB).
   mkdir -p "$deps/fashion-mnist"
   cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$deps/fashion-mnist/"
@@ -92,5 +96,28 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   cat "$out"/np*.json 2>/dev/null | tee -a "$summary"
 else
   echo "mnist skipped: no Fashion-MNIST here (scripts/gpu_check.sh --prepare copies it)" | tee -a "$summary"
+fi
+
+# The device layer (src/device) on the GPU: its tests run on the host stand-in and on
+# cuda:0 (NCCL at one rank); a CUDA case that skips here is a failure.
+dev_args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_CUDA=ON -DKOLO_BUILD_TRAIN=OFF
+          -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CHECKS=OFF
+          "${extra[@]}")
+[ -d "$deps/include" ] && dev_args+=("-DCMAKE_INCLUDE_PATH=$deps/include")
+if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/local/include/gtest/gtest.h ] &&
+  [ -d "$deps/googletest" ]; then
+  step gtest 300 sh -c "cmake -S '$deps/googletest' -B build-gpu-gtest -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX='$PWD/build-gpu-gtest/install' >/dev/null &&
+    cmake --build build-gpu-gtest -j$(nproc) --target install"
+  dev_args+=("-DGTest_ROOT=$PWD/build-gpu-gtest/install")
+fi
+if step device_configure 300 cmake -S . -B build-gpu-device "${dev_args[@]}" &&
+  step device_build 420 cmake --build build-gpu-device -j"$(nproc)" --target kolo_device_tests; then
+  step device_tests 300 build-gpu-device/bin/kolo_device_tests
+  if grep -q "SKIPPED.*cuda" "$out/device_tests.log"; then
+    failed=1
+    echo "device_tests FAILED: CUDA cases skipped on a GPU machine:" | tee -a "$summary"
+    grep "SKIPPED" "$out/device_tests.log" | head -5 | tee -a "$summary"
+  fi
 fi
 exit $failed

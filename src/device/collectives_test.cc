@@ -21,6 +21,7 @@ struct Case {
   TestDevice device;
   int ranks = 1;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.device.kind << " x" << c.ranks; }
 
 // One rank's device, stream and communicator.
 struct Rank {

@@ -84,7 +84,7 @@ template <typename T>
 cudaError_t scale_int_launch(const void* src, void* dst, std::size_t n, double f, double d,
                              cudaStream_t s) {
   scale_int<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                   n, f, d);
+                                                  n, f, d);
   return cudaGetLastError();
 }
 
@@ -200,8 +200,8 @@ __global__ void reduce_bool(std::uint8_t* dst, const std::uint8_t* src, std::siz
 
 template <typename T>
 cudaError_t reduce_launch(void* dst, const void* src, std::size_t n, ReduceOp op, cudaStream_t s) {
-  reduce_native<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(dst),
-                                                      static_cast<const T*>(src), n, op);
+  reduce_native<T>
+      <<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(dst), static_cast<const T*>(src), n, op);
   return cudaGetLastError();
 }
 
@@ -234,13 +234,12 @@ cudaError_t launch_reduce(void* dst, const void* src, std::size_t count, DataTyp
     case DataType::kFloat64:
       return reduce_launch<double>(dst, src, count, op, stream);
     case DataType::kFloat16:
-      reduce_16<Half><<<b, kThreads, 0, stream>>>(static_cast<std::uint16_t*>(dst),
-                                                  static_cast<const std::uint16_t*>(src), count, op);
+      reduce_16<Half><<<b, kThreads, 0, stream>>>(
+          static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src), count, op);
       return cudaGetLastError();
     case DataType::kBFloat16:
-      reduce_16<BFloat><<<b, kThreads, 0, stream>>>(static_cast<std::uint16_t*>(dst),
-                                                    static_cast<const std::uint16_t*>(src), count,
-                                                    op);
+      reduce_16<BFloat><<<b, kThreads, 0, stream>>>(
+          static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src), count, op);
       return cudaGetLastError();
     case DataType::kInt8:
       return reduce_launch<std::int8_t>(dst, src, count, op, stream);
@@ -251,9 +250,9 @@ cudaError_t launch_reduce(void* dst, const void* src, std::size_t count, DataTyp
     case DataType::kInt64:
       return reduce_launch<std::int64_t>(dst, src, count, op, stream);
     case DataType::kBool:
-      reduce_bool<<<b, kThreads, 0, stream>>>(
-          static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), count,
-          op == ReduceOp::kSum || op == ReduceOp::kMax);
+      reduce_bool<<<b, kThreads, 0, stream>>>(static_cast<std::uint8_t*>(dst),
+                                              static_cast<const std::uint8_t*>(src), count,
+                                              op == ReduceOp::kSum || op == ReduceOp::kMax);
       return cudaGetLastError();
   }
   return cudaErrorInvalidValue;

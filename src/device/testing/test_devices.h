@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct TestDevice {
                        std::unique_ptr<Device>* out)>
       make;
 };
+
+// Its kind, for GoogleTest's test names and messages.
+inline void PrintTo(const TestDevice& d, std::ostream* os) { *os << d.kind; }
 
 // The stand-in (test_devices.cc).
 TestDevice host_test_device();
