@@ -15,7 +15,8 @@ set_target_properties(kolo PROPERTIES EXPORT_NAME kolo)
 
 # Every archive below kolo::kolo: they are static, so the program links each of them.
 set(kolo_internal_libraries kolo_common kolo_startup kolo_rendezvous kolo_transport
-                            kolo_transport_shm kolo_transport_hier kolo_transports kolo_core)
+                            kolo_transport_shm kolo_transport_hier kolo_transports kolo_device
+                            kolo_core)
 if(TARGET kolo_transport_mpi)
   list(APPEND kolo_internal_libraries kolo_transport_mpi)
 endif()

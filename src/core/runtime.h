@@ -32,6 +32,7 @@
 #include "core/message.h"
 #include "core/pacer.h"
 #include "core/timeline.h"
+#include "device/device.h"
 #include "kolo/kolo.h"
 #include "startup/config.h"
 #include "transport/communicator.h"
@@ -39,6 +40,7 @@
 namespace kolo::core {
 
 class FusionBuffer;
+class DevicePath;
 
 // The error of an elastic generation that lost a worker (kWorkersChanged): `why` is the
 // peer failure or the departure the transport reported.
@@ -62,6 +64,13 @@ class Runtime {
   using EndObserver = std::function<void(const std::vector<int>& left)>;
   void set_end_observer(EndObserver observer) { end_observer_ = std::move(observer); }
 
+  // Makes this rank's device (device/device.h) the first time a response of device
+  // tensors runs (device_path.h): with one, CUDA tensors passed as they are (not staged on
+  // the host) run through the device's collectives (NCCL); without, they are refused as
+  // before. Called on the background thread. Set before start().
+  using DeviceFactory = std::function<Status(std::unique_ptr<device::Device>*)>;
+  void set_device_factory(DeviceFactory factory) { device_factory_ = std::move(factory); }
+  bool has_device_path() const { return static_cast<bool>(device_factory_); }
   // Starts the background thread and waits (bounded) until the transport is up.
   Status start();
   // Asks every rank to stop; pending operations fail with kShutdown, naming the ranks
@@ -143,10 +152,14 @@ class Runtime {
   void stop(Loop& loop);
   // Runs one group of plan_fusion() and completes its handles. Returns a peer failure
   // (which stops the runtime); every other error only fails the group's handles.
+  // `device`: the set's device path, for a group of device tensors (else null).
   Status execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
                        const std::vector<std::size_t>& group, FusionBuffer& buffer,
-                       transport::Deadline deadline,
+                       DevicePath* device, transport::Deadline deadline,
                        std::chrono::steady_clock::time_point responded);
+  // The device path of `set` (made with the device at its first use), or the error that
+  // kept the device from being made.
+  Status device_path(Loop& loop, struct ProcessSetState& set, DevicePath** out);
   // In an elastic job a peer failure ends the generation: kWorkersChanged (else `s`).
   Status elastic_view(Status s) const;
   // Whether an operation's error stops the runtime (a peer failure, or the elastic form).
@@ -155,6 +168,9 @@ class Runtime {
   void mark_first_cycle(const std::vector<std::string>& names,
                         std::chrono::steady_clock::time_point end) KOLO_EXCLUDES(mu_);
   void fail_all(const Status& status) KOLO_EXCLUDES(mu_);
+  // Completes the handles of one group of `responses` with `status`.
+  void fail_group(const std::vector<Response>& responses, const std::vector<std::size_t>& group,
+                  const Status& status) KOLO_EXCLUDES(mu_);
   std::shared_ptr<Entry> take(const std::string& name) KOLO_EXCLUDES(mu_);
   // submit() that returns the handle's state (for the calls that wait on it here).
   Status submit_entry(Request request, std::vector<TensorView> inputs,
@@ -171,6 +187,7 @@ class Runtime {
 
   const Config config_;
   CommunicatorFactory factory_;
+  DeviceFactory device_factory_;
   EndObserver end_observer_;
   // Written by the background thread before start() returns; constant afterwards.
   transport::Topology topology_;

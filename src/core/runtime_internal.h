@@ -10,6 +10,7 @@
 
 #include "core/autotune.h"
 #include "core/controller.h"
+#include "core/device_path.h"
 #include "core/fusion.h"
 #include "core/pacer.h"
 #include "core/runtime.h"
@@ -33,11 +34,18 @@ struct ProcessSetState {
       : owned(std::move(own)), controller(config, owned ? owned.get() : global, id, members) {}
   std::unique_ptr<transport::Communicator> owned;  // null for the global set
   Controller controller;                           // destroyed before `owned`
+  // Device tensors' collectives among the set (device_path.h), made at its first such
+  // response; destroyed before `owned` and before the loop's device.
+  std::unique_ptr<DevicePath> device_path;
 };
 
 // The background thread's state between cycles.
 struct Runtime::Loop {
   Loop(Inbox& inbox, transport::CycleBell* bell) : pacer(inbox, bell) {}
+  // This rank's device, made at the first response of device tensors (Runtime's
+  // DeviceFactory); declared before `sets`, whose device paths use it, so it outlives them.
+  std::unique_ptr<device::Device> device;
+  Status device_status;  // why there is none, once making it failed
   // One controller per process set this rank is in, by id, each negotiating among its own
   // ranks over its own communicator. Every cycle runs them in id order on every rank (the
   // global set first), so no two ranks wait for each other in different sets.

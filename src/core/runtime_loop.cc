@@ -90,8 +90,32 @@ void Runtime::Helper::help(const detail::HandleState& state) {
   runtime->help(state, lock);
 }
 
+void Runtime::fail_group(const std::vector<Response>& responses, const FusionGroup& group,
+                         const Status& status) {
+  for (std::size_t index : group) {
+    if (auto entry = take(responses[index].name)) {
+      entry->handle->complete(status.code(), status.message());
+    }
+  }
+}
+
+Status Runtime::device_path(Loop& loop, ProcessSetState& set, DevicePath** out) {
+  if (!set.device_path) {
+    if (!loop.device && loop.device_status.ok()) {
+      loop.device_status = device_factory_(&loop.device);
+      if (loop.device_status.ok() && !loop.device) {
+        loop.device_status = Internal("the device factory made no device");
+      }
+    }
+    if (!loop.device_status.ok()) return loop.device_status;
+    set.device_path = std::make_unique<DevicePath>(*loop.device);
+  }
+  *out = set.device_path.get();
+  return Status::OK();
+}
+
 Status Runtime::execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
-                              const FusionGroup& group, FusionBuffer& buffer,
+                              const FusionGroup& group, FusionBuffer& buffer, DevicePath* device,
                               transport::Deadline deadline,
                               std::chrono::steady_clock::time_point responded) {
   std::vector<std::shared_ptr<Entry>> entries;
@@ -117,7 +141,11 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
   // scaling then happens in the passes that move the data.
   const bool lone = items.size() == 1 && only.wire_dtype == only.dtype &&
                     !(only.op == OpType::kAllreduce && comm.reduces_pieces());
-  if (lone) {
+  if (device != nullptr) {
+    s = device->execute(comm, items, deadline, &item_status, &times);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (items.size() > 1) fused_responses_ += items.size();
+  } else if (lone) {
     s = execute_response(comm, *items[0].response, items[0].entry, deadline, &times);
   } else {
     s = execute_fused(comm, items, buffer, deadline, &item_status, &times);
@@ -321,9 +349,19 @@ bool Runtime::cycle_step(Loop& loop, Pacer::Work work, bool timeline) {
         loop.fatal = apply_set_change(loop, first);  // never fused: one per group
         continue;
       }
+      DevicePath* device = nullptr;
+      if (device_factory_ && runs_on_device(first)) {
+        const Status made = device_path(loop, set, &device);
+        if (!made.ok()) {
+          // No device (a rank without a GPU, a failed start): the group fails, on this
+          // rank, naming why; the others' collective then fails at its deadline.
+          fail_group(cycle.responses, group, made);
+          continue;
+        }
+      }
       loop.fatal =
           execute_group(controller.communicator(), cycle.responses, group, loop.fusion_buffer,
-                        transport::Clock::now() + loop.peer_timeout, responded);
+                        device, transport::Clock::now() + loop.peer_timeout, responded);
     }
     for (const Response& r : cycle.responses) {
       if (!r.is_error()) busy_bytes += static_cast<double>(allreduce_bytes(r));
