@@ -27,10 +27,13 @@ TensorView on_device(TensorView v) {
 
 // Runs fn(rank, runtime) on n threads, each runtime with a stand-in device (all of them
 // joined by one in-process fabric), as run_ranks does.
+// `fabric_out`: the fabric, for fault injection; `device_timeout`: the stand-in's bound.
 void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
-                      int* devices_made = nullptr) {
+                      int* devices_made = nullptr, device::host::InprocFabric* fabric_out = nullptr,
+                      double device_timeout = 20) {
   transport::InprocWorld world(n);
-  device::host::InprocFabric fabric;
+  device::host::InprocFabric own;
+  device::host::InprocFabric& fabric = fabric_out ? *fabric_out : own;
   std::atomic<int> made{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -42,7 +45,7 @@ void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
       rt.set_device_factory([&, r](std::unique_ptr<device::Device>* out) {
         ++made;
         *out = device::host::make_host_device(
-            {.index = r, .timeout_seconds = 20, .connect = fabric.connector()});
+            {.index = r, .timeout_seconds = device_timeout, .connect = fabric.connector()});
         return Status::OK();
       });
       ASSERT_TRUE(rt.start().ok());
@@ -166,6 +169,41 @@ TEST(DevicePath, OpsNotOnTheDevicePathAreRefusedNamingThem) {
       EXPECT_NE(std::string(e.what()).find("allgather 'g'"), std::string::npos) << e.what();
     }
   });
+}
+
+// A rank whose device stops taking part (its "NCCL" connections die; its CPU control
+// plane lives): the others' device collective fails within the device's timeout naming
+// it, as a peer failure that ends their runtimes, instead of hanging.
+TEST(DevicePath, ADeadPeerOnTheDeviceEndsTheRuntimeNamingIt) {
+  device::host::InprocFabric fabric;
+  std::atomic<int> failed{0};
+  run_device_ranks(
+      3,
+      [&](int rank, Runtime& rt) {
+        std::vector<float> x(4, 1.0f);
+        TensorView v = on_device(view_of(x, DataType::kFloat32));
+        ops::allreduce(rt, {v}, {v}, {.name = "first", .op = ReduceOp::kSum}, false).wait();
+        EXPECT_EQ(x[0], 3.0f);
+        ops::barrier(rt, {}).wait();  // every rank's first device collective is done
+        if (rank == 2) {
+          for (auto* world : fabric.worlds()) world->kill(2);
+        }
+        ops::barrier(rt, {}).wait();
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          ops::allreduce(rt, {v}, {v}, {.name = "second", .op = ReduceOp::kSum}, false).wait();
+          ADD_FAILURE() << "rank " << rank << ": the allreduce with a dead device peer ran";
+        } catch (const Error& e) {
+          ++failed;
+          EXPECT_EQ(e.code(), ErrorCode::kPeerFailure) << e.what();
+          if (rank != 2) {
+            EXPECT_NE(std::string(e.what()).find("2"), std::string::npos) << e.what();
+          }
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+      },
+      nullptr, &fabric, /*device_timeout=*/1.0);
+  EXPECT_EQ(failed, 3);
 }
 
 // Without a device factory nothing changes: device memory is refused as before.

@@ -261,6 +261,13 @@ Connect InprocFabric::connector() {
   };
 }
 
+std::vector<transport::InprocWorld*> InprocFabric::worlds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<transport::InprocWorld*> out;
+  for (auto& [id, w] : worlds_) out.push_back(w.get());
+  return out;
+}
+
 transport::InprocWorld* InprocFabric::world(const UniqueId& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = worlds_.find(id.bytes);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "device/device.h"
 #include "transport/inproc/inproc.h"
@@ -42,6 +43,8 @@ class InprocFabric {
   // The world of `id` (null before its first rank connected): for fault injection
   // (kill(rank)).
   transport::InprocWorld* world(const UniqueId& id);
+  // Every world so far (kill a rank in all of them).
+  std::vector<transport::InprocWorld*> worlds();
 
  private:
   std::mutex mu_;
