@@ -40,14 +40,14 @@ Status DevicePath::ready(transport::Communicator& control, transport::Deadline d
   return comm_->async_error();
 }
 
-void* DevicePath::buffer(std::size_t bytes) {
-  if (bytes <= capacity_) return buffer_;
+Status DevicePath::reserve(std::size_t bytes) {
+  if (bytes <= capacity_) return Status::OK();
   if (buffer_ != nullptr) dev_.release(buffer_);
   buffer_ = nullptr;
   capacity_ = 0;
-  if (!dev_.allocate(bytes, &buffer_).ok()) return nullptr;
+  KOLO_RETURN_IF_ERROR(dev_.allocate(bytes, &buffer_));
   capacity_ = bytes;
-  return buffer_;
+  return Status::OK();
 }
 
 Status DevicePath::finish(transport::Deadline deadline) {
@@ -115,11 +115,8 @@ Status DevicePath::allreduce(const std::vector<FusedItem>& items, std::vector<St
       if (!entries[k]) most = std::max(most, count);
     }
   }
-  auto* base = static_cast<std::byte*>(buffer(total * elem));
-  if (base == nullptr && total > 0) {
-    return Status(ErrorCode::kInternal, dev_.name() + ": cannot allocate a fusion buffer of " +
-                                            std::to_string(total * elem) + " bytes");
-  }
+  KOLO_RETURN_IF_ERROR(reserve(total * elem));  // the device's error names it and the size
+  auto* base = static_cast<std::byte*>(buffer_);
   if (most > 0) {
     identity_.resize(most * elem);
     fill_identity(identity_.data(), most, wire, first.reduce_op);

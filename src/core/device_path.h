@@ -51,7 +51,8 @@ class DevicePath {
   Status broadcast(const FusedItem& item);
   // Waits for the stream's work so far; a failure aborts the communicator.
   Status finish(transport::Deadline deadline);
-  void* buffer(std::size_t bytes);
+  // The device fusion buffer of at least `bytes` bytes (buffer_).
+  Status reserve(std::size_t bytes);
 
   device::Device& dev_;
   std::unique_ptr<device::Stream> stream_;

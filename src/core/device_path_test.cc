@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <thread>
 #include <vector>
 
 #include "common/reduce.h"
@@ -25,39 +24,23 @@ TensorView on_device(TensorView v) {
   return v;
 }
 
-// Runs fn(rank, runtime) on n threads, each runtime with a stand-in device (all of them
-// joined by one in-process fabric), as run_ranks does.
-// `fabric_out`: the fabric, for fault injection; `device_timeout`: the stand-in's bound.
+// run_ranks with a stand-in device for each runtime (all of them joined by one in-process
+// fabric). `fabric_out`: the fabric, for fault injection; `device_timeout`: the stand-in's
+// bound.
 void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
                       int* devices_made = nullptr, device::host::InprocFabric* fabric_out = nullptr,
                       double device_timeout = 20) {
-  transport::InprocWorld world(n);
   device::host::InprocFabric own;
   device::host::InprocFabric& fabric = fabric_out ? *fabric_out : own;
   std::atomic<int> made{0};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Runtime rt(test_config(), [&world, r](std::unique_ptr<transport::Communicator>* out) {
-        *out = world.communicator(r);
-        return Status::OK();
-      });
-      rt.set_device_factory([&, r](std::unique_ptr<device::Device>* out) {
-        ++made;
-        *out = device::host::make_host_device(
-            {.index = r, .timeout_seconds = device_timeout, .connect = fabric.connector()});
-        return Status::OK();
-      });
-      ASSERT_TRUE(rt.start().ok());
-      try {
-        fn(r, rt);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-      rt.shutdown();
+  testing::run_ranks(n, test_config(), fn, 0, nullptr, [&](int r, Runtime& rt) {
+    rt.set_device_factory([&, r](std::unique_ptr<device::Device>* out) {
+      ++made;
+      *out = device::host::make_host_device(
+          {.index = r, .timeout_seconds = device_timeout, .connect = fabric.connector()});
+      return Status::OK();
     });
-  }
-  for (auto& t : threads) t.join();
+  });
   if (devices_made) *devices_made = made;
 }
 

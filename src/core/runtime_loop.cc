@@ -143,14 +143,14 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
                     !(only.op == OpType::kAllreduce && comm.reduces_pieces());
   if (device != nullptr) {
     s = device->execute(comm, items, deadline, &item_status, &times);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (items.size() > 1) fused_responses_ += items.size();
   } else if (lone) {
     s = execute_response(comm, *items[0].response, items[0].entry, deadline, &times);
   } else {
     s = execute_fused(comm, items, buffer, deadline, &item_status, &times);
+  }
+  if (items.size() > 1) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (items.size() > 1) fused_responses_ += items.size();
+    fused_responses_ += items.size();
   }
   s = elastic_view(s);
   const bool timeline = timeline_.active();

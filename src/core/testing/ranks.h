@@ -34,8 +34,11 @@ inline Config test_config() {
 }
 
 // Runs fn(rank, runtime) on `n` threads. Exceptions escaping fn fail the test.
+// `before_start(rank, runtime)`, when given, runs before the runtime starts (to give it a
+// device factory, say).
 inline void run_ranks(int n, const Config& config, const std::function<void(int, Runtime&)>& fn,
-                      int local_size = 0, transport::InprocWorld* world_out = nullptr) {
+                      int local_size = 0, transport::InprocWorld* world_out = nullptr,
+                      const std::function<void(int, Runtime&)>& before_start = nullptr) {
   transport::InprocWorld own(n, local_size);
   transport::InprocWorld& world = world_out ? *world_out : own;
   std::vector<std::thread> threads;
@@ -45,6 +48,7 @@ inline void run_ranks(int n, const Config& config, const std::function<void(int,
         *out = world.communicator(r);
         return Status::OK();
       });
+      if (before_start) before_start(r, rt);
       Status s = rt.start();
       if (!s.ok()) {
         ADD_FAILURE() << "rank " << r << " failed to start: " << s.to_string();

@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "device/arg_checks.h"
 #include "device/cuda/kernels.h"
 
 namespace kolo::device::cuda {
@@ -127,24 +128,15 @@ class CudaDevice : public Device {
   }
   Status convert(void* dst, DataType to, const void* src, DataType from, std::size_t count,
                  double factor, double divisor, Stream& stream) override {
+    KOLO_RETURN_IF_ERROR(check_convert(name(), from, to));
     KOLO_RETURN_IF_ERROR(use());
     const cudaError_t e =
         launch_convert(dst, to, src, from, count, factor, divisor, native_stream(stream));
-    if (e == cudaErrorInvalidValue) {
-      return InvalidArgument(name() + ": cannot convert " + dtype_name(from) + " to " +
-                             dtype_name(to) +
-                             " (the same dtype, or float32/float64 to and from "
-                             "float16/bfloat16)");
-    }
     return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": the convert kernel", e);
   }
   Status reduce(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op,
                 Stream& stream) override {
-    if (op == ReduceOp::kAverage) {
-      return InvalidArgument(name() +
-                             ": reduce takes no kAverage (sum, then convert with a "
-                             "divisor)");
-    }
+    KOLO_RETURN_IF_ERROR(check_reduce_op(name(), op));
     KOLO_RETURN_IF_ERROR(use());
     const cudaError_t e = launch_reduce(dst, src, count, dtype, op, native_stream(stream));
     return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": the reduce kernel", e);

@@ -12,7 +12,9 @@
 #include <mutex>
 #include <thread>
 
+#include "device/arg_checks.h"
 #include "device/cuda/cuda_device.h"
+#include "transport/arg_checks.h"
 
 namespace kolo::device::cuda {
 
@@ -144,10 +146,7 @@ class NcclCollectives : public Collectives {
 
   Status broadcast(const void* send, void* recv, std::size_t bytes, int root,
                    Stream& stream) override {
-    if (root < 0 || root >= size_) {
-      return InvalidArgument(name_ + ": broadcast root " + std::to_string(root) +
-                             " is not a rank of " + std::to_string(size_));
-    }
+    KOLO_RETURN_IF_ERROR(check_root(name_, root, size_));
     return call(
         "ncclBroadcast",
         [&](cudaStream_t s) { return ncclBroadcast(send, recv, bytes, ncclUint8, root, comm_, s); },
@@ -164,10 +163,7 @@ class NcclCollectives : public Collectives {
   // One broadcast per rank of its part, grouped.
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Stream& stream) override {
-    if (recv_bytes.size() != static_cast<std::size_t>(size_)) {
-      return InvalidArgument(name_ + ": allgatherv has " + std::to_string(recv_bytes.size()) +
-                             " counts, expected one per rank (" + std::to_string(size_) + ")");
-    }
+    KOLO_RETURN_IF_ERROR(check_allgatherv_counts(name_, size_, recv_bytes));
     return call(
         "grouped ncclBroadcast",
         [&](cudaStream_t s) {
@@ -201,13 +197,9 @@ class NcclCollectives : public Collectives {
 
   Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
                    const std::vector<std::size_t>& recv_bytes, Stream& stream) override {
+    KOLO_RETURN_IF_ERROR(
+        transport::check_alltoallv_counts(name_ + "'s alltoallv", size_, send_bytes, recv_bytes));
     const auto n = static_cast<std::size_t>(size_);
-    if (send_bytes.size() != n || recv_bytes.size() != n) {
-      return InvalidArgument(name_ + "'s alltoallv: send_bytes has " +
-                             std::to_string(send_bytes.size()) + " entries and recv_bytes " +
-                             std::to_string(recv_bytes.size()) + ", expected one per rank (" +
-                             std::to_string(n) + ")");
-    }
     return call(
         "grouped ncclSend/ncclRecv",
         [&](cudaStream_t s) {

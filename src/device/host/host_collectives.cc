@@ -15,6 +15,7 @@
 
 #include "common/reduce.h"
 #include "common/thread_annotations.h"
+#include "device/arg_checks.h"
 #include "device/host/host_stream.h"
 #include "transport/arg_checks.h"
 
@@ -53,10 +54,7 @@ class HostCollectives : public Collectives {
 
   Status broadcast(const void* send, void* recv, std::size_t bytes, int root,
                    Stream& stream) override {
-    if (root < 0 || root >= size()) {
-      return InvalidArgument(s_->name + ": broadcast root " + std::to_string(root) +
-                             " is not a rank of " + std::to_string(size()));
-    }
+    KOLO_RETURN_IF_ERROR(check_root(s_->name, root, size()));
     return enqueue(stream, [=](transport::Communicator& c, Deadline d) {
       if (c.rank() == root && send != recv && bytes > 0) std::memmove(recv, send, bytes);
       return c.broadcast(recv, bytes, root, d);
@@ -70,10 +68,7 @@ class HostCollectives : public Collectives {
 
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Stream& stream) override {
-    if (recv_bytes.size() != static_cast<std::size_t>(size())) {
-      return InvalidArgument(s_->name + ": allgatherv has " + std::to_string(recv_bytes.size()) +
-                             " counts, expected one per rank (" + std::to_string(size()) + ")");
-    }
+    KOLO_RETURN_IF_ERROR(check_allgatherv_counts(s_->name, size(), recv_bytes));
     return enqueue(stream, [=](transport::Communicator& c, Deadline d) {
       return c.allgatherv(send, recv, recv_bytes, d);
     });

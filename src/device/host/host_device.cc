@@ -8,6 +8,7 @@
 
 #include "common/convert.h"
 #include "common/reduce.h"
+#include "device/arg_checks.h"
 #include "device/host/host_stream.h"
 
 namespace kolo::device::host {
@@ -170,12 +171,7 @@ class HostDevice : public Device {
 
   Status convert(void* dst, DataType to, const void* src, DataType from, std::size_t count,
                  double factor, double divisor, Stream& stream) override {
-    if (!can_convert(from, to)) {
-      return InvalidArgument(name() + ": cannot convert " + dtype_name(from) + " to " +
-                             dtype_name(to) +
-                             " (the same dtype, or float32/float64 to and from "
-                             "float16/bfloat16)");
-    }
+    KOLO_RETURN_IF_ERROR(check_convert(name(), from, to));
     as_stream(stream).enqueue_work([=] {
       convert_scaled(src, from, dst, to, count, factor, divisor);
       return Status::OK();
@@ -185,11 +181,7 @@ class HostDevice : public Device {
 
   Status reduce(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op,
                 Stream& stream) override {
-    if (op == ReduceOp::kAverage) {
-      return InvalidArgument(name() +
-                             ": reduce takes no kAverage (sum, then convert with a "
-                             "divisor)");
-    }
+    KOLO_RETURN_IF_ERROR(check_reduce_op(name(), op));
     as_stream(stream).enqueue_work([=] {
       reduce_into(dst, src, count, dtype, op);
       return Status::OK();

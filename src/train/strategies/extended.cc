@@ -16,16 +16,24 @@ std::optional<History> StrategyExtended::fit(Model&, Model::Impl&, const Dataset
   return std::nullopt;
 }
 
-std::unique_ptr<DistributedOptimizer> StrategyExtended::distributed_optimizer(
-    Model::Impl& m) const {
-  // With one replica per worker the optimizer's hooks start each gradient's allreduce
-  // during backward. In an elastic job the workers may grow from one: it then reduces
-  // already.
+namespace {
+
+// With one replica per worker the optimizer's hooks start each gradient's allreduce (`op`)
+// during backward; null with several replicas (the step reduces) or one worker. In an
+// elastic job the workers may grow from one: it then reduces already.
+std::unique_ptr<DistributedOptimizer> reducing_optimizer(Model::Impl& m, ReduceOp op) {
   if (m.local() != 1 || (m.workers() == 1 && !elastic_job(*m.strategy_impl))) return nullptr;
   DistributedOptimizerOptions o;
-  o.op = ReduceOp::kSum;
+  o.op = op;
   o.broadcast_buffers = false;
   return std::make_unique<DistributedOptimizer>(*m.optimizer, *m.replicas[0], o);
+}
+
+}  // namespace
+
+std::unique_ptr<DistributedOptimizer> StrategyExtended::distributed_optimizer(
+    Model::Impl& m) const {
+  return reducing_optimizer(m, ReduceOp::kSum);
 }
 
 std::vector<CallbackPtr> StrategyExtended::leading_callbacks() const { return {}; }
@@ -94,11 +102,7 @@ class HorovodExtended : public StrategyExtended {
     if (m.local() != 1) {
       throw Error(ErrorCode::kInvalidArgument, "HorovodStrategy runs one replica per process");
     }
-    if (m.workers() == 1 && !elastic_job(*m.strategy_impl)) return nullptr;
-    DistributedOptimizerOptions o;
-    o.op = ReduceOp::kAverage;
-    o.broadcast_buffers = false;
-    return std::make_unique<DistributedOptimizer>(*m.optimizer, *m.replicas[0], o);
+    return reducing_optimizer(m, ReduceOp::kAverage);
   }
 
   std::vector<CallbackPtr> leading_callbacks() const override {
