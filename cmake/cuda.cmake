@@ -8,12 +8,17 @@
 # library beside the toolkit's (or KOLO_NCCL_INCLUDE_DIR / KOLO_NCCL_LIBRARY).
 # KOLO_CUDA_ARCHITECTURES: sm_90 (H100, H200) and its PTX, which newer GPUs compile at load.
 #
+# KOLO_DEVICE_PATH (OFF by default until it has run on a GPU, docs/gpu.md): links the CUDA
+# device into kolo::kolo, so that CUDA tensors run through NCCL as they are instead of
+# being staged through host memory. Needs KOLO_CUDA.
+#
 # Sets kolo_cuda (ON/OFF) for src/device/CMakeLists.txt.
 set(KOLO_CUDA AUTO CACHE STRING "Build the CUDA device layer: AUTO, ON or OFF")
 set_property(CACHE KOLO_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(KOLO_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING
     "CUDA architectures of kolo's kernels (CMAKE_CUDA_ARCHITECTURES)")
 
+option(KOLO_DEVICE_PATH "Link the CUDA device (NCCL) into kolo: CUDA tensors run as they are" OFF)
 set(kolo_cuda OFF)
 set(kolo_cuda_missing "")
 if(KOLO_CUDA STREQUAL "OFF")
@@ -57,4 +62,11 @@ elseif(KOLO_CUDA STREQUAL "ON")
                       "NCCL, or configure with -DKOLO_CUDA=AUTO or OFF")
 else()
   message(STATUS "kolo: CUDA device layer OFF (${kolo_cuda_missing})")
+endif()
+if(KOLO_DEVICE_PATH AND NOT kolo_cuda)
+  message(FATAL_ERROR "KOLO_DEVICE_PATH=ON needs the CUDA device layer, which is OFF "
+                      "(${kolo_cuda_missing}): configure with -DKOLO_CUDA=ON on a machine with "
+                      "the CUDA toolkit and NCCL, or without KOLO_DEVICE_PATH")
+elseif(KOLO_DEVICE_PATH)
+  message(STATUS "kolo: device path ON (CUDA tensors run through NCCL)")
 endif()

@@ -17,6 +17,14 @@ set_target_properties(kolo PROPERTIES EXPORT_NAME kolo)
 set(kolo_internal_libraries kolo_common kolo_startup kolo_rendezvous kolo_transport
                             kolo_transport_shm kolo_transport_hier kolo_transports kolo_device
                             kolo_core)
+list(APPEND kolo_internal_libraries kolo_device_default)
+if(KOLO_DEVICE_PATH)
+  # Its users need the CUDA toolkit and NCCL where this build found them (koloConfig.cmake).
+  list(APPEND kolo_internal_libraries kolo_device_cuda)
+  set(KOLO_PACKAGE_WITH_CUDA TRUE)
+else()
+  set(KOLO_PACKAGE_WITH_CUDA FALSE)
+endif()
 if(TARGET kolo_transport_mpi)
   list(APPEND kolo_internal_libraries kolo_transport_mpi)
 endif()

@@ -14,7 +14,10 @@
 # 2 ranks sharing the one GPU (kolo stages CUDA tensors through host memory, so no NCCL),
 # fashion_mnist --epochs 1 on 1 and 2 ranks; then the device layer (src/device, built with
 # KOLO_CUDA=ON and GoogleTest, carried as sources if the image has none): its tests on
-# cuda:0 (kernels, streams, events, NCCL at one rank) and on the host stand-in.
+# cuda:0 (kernels, streams, events, NCCL at one rank) and on the host stand-in; in the
+# same tree, built with KOLO_DEVICE_PATH=ON, torch_worker on 1 rank with CUDA tensors
+# going through the device path (NCCL, kolo's stream, events) instead of host staging
+# (2 ranks on one GPU would need the CUDA-IPC path: NCCL refuses them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=$PWD/build-gpu-deps
@@ -100,9 +103,9 @@ fi
 
 # The device layer (src/device) on the GPU: its tests run on the host stand-in and on
 # cuda:0 (NCCL at one rank); a CUDA case that skips here is a failure.
-dev_args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_CUDA=ON -DKOLO_BUILD_TRAIN=OFF
+dev_args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_CUDA=ON -DKOLO_DEVICE_PATH=ON -DKOLO_BUILD_TRAIN=OFF
           -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CHECKS=OFF
-          "${extra[@]}")
+          "-DCMAKE_PREFIX_PATH=$prefix" "${extra[@]}")
 [ -d "$deps/include" ] && dev_args+=("-DCMAKE_INCLUDE_PATH=$deps/include")
 if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/local/include/gtest/gtest.h ] &&
   [ -d "$deps/googletest" ]; then
@@ -112,12 +115,15 @@ if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/local/include/gtest/gtest.
   dev_args+=("-DGTest_ROOT=$PWD/build-gpu-gtest/install")
 fi
 if step device_configure 300 cmake -S . -B build-gpu-device "${dev_args[@]}" &&
-  step device_build 420 cmake --build build-gpu-device -j"$(nproc)" --target kolo_device_tests; then
+  step device_build 420 cmake --build build-gpu-device -j"$(nproc)" \
+    --target kolo_device_tests kolo_torch_worker; then
   step device_tests 300 build-gpu-device/bin/kolo_device_tests
   if grep -q "SKIPPED.*cuda" "$out/device_tests.log"; then
     failed=1
     echo "device_tests FAILED: CUDA cases skipped on a GPU machine:" | tee -a "$summary"
     grep "SKIPPED" "$out/device_tests.log" | head -5 | tee -a "$summary"
   fi
+  step path_worker_np1 180 build-gpu-device/bin/kolo_torch_worker
+  grep -h "cuda" "$out/path_worker_np1.log" | sort | uniq -c | tee -a "$summary"
 fi
 exit $failed

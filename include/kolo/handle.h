@@ -60,6 +60,14 @@ class Handle {
   int last_joined_rank() const;                              // join
   Times times() const;
 
+  // For device memory run on the device path (kolo::has_device_path()): the handle
+  // completes once the device work has been enqueued on kolo's stream, and this is the
+  // device's own handle of an event (a cudaEvent_t) recorded after it; a stream of the
+  // caller that reads the outputs must wait for it first (cudaStreamWaitEvent), as the
+  // libtorch adapter's wait() does. Valid while a copy of this handle lives. Null for
+  // host memory, which is ready when the handle completes.
+  void* device_event() const;
+
   // Keeps `owner` alive as long as the operation may use memory it owns: until the
   // operation completed and the last copy of this handle is gone (for adapters).
   void keep_alive(std::shared_ptr<void> owner);

@@ -116,6 +116,11 @@ void init(const std::map<std::string, std::string>& settings);
 // call twice; kolo::init() may be called again afterwards.
 void shutdown();
 bool is_initialized();
+// Whether CUDA tensors run on the device path: as they are, through NCCL on kolo's own
+// CUDA stream, ordered with the caller's streams by events (TensorView::ready_event,
+// Handle::device_event). True once initialized in a kolo built with KOLO_DEVICE_PATH
+// (docs/gpu.md); otherwise the adapters stage CUDA tensors through host memory.
+bool has_device_path();
 
 int rank();        // this process's rank in [0, size)
 int size();        // number of ranks

@@ -13,9 +13,11 @@
 //   for (epoch ...) for (auto& batch : *loader) { ... loss.backward(); opt.step(); }
 //   kolo::shutdown();
 //
-// Works with Debian's libtorch 1.13 and libtorch 2.x. CUDA tensors are staged through
-// host memory (the NCCL path is a later issue). Every function here acts on the default
-// runtime started by kolo::init().
+// Works with Debian's libtorch 1.13 and libtorch 2.x. CUDA tensors: in a kolo built with
+// KOLO_DEVICE_PATH (kolo::has_device_path()), allreduce and broadcast take them as they
+// are, through NCCL on kolo's own stream (see TorchHandle::wait()); the other collectives,
+// and every one in a kolo without it, stage them through host memory. Every function here
+// acts on the default runtime started by kolo::init().
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,19 @@ torch::Device device();
 
 // Result of an asynchronous collective on torch tensors. wait() blocks, copies results
 // back (host staging, non-contiguous or in-place targets) and returns the output.
+//
+// CUDA tensors on the device path (kolo::has_device_path(); allreduce and broadcast)
+// follow c10d's Work semantics for NCCL. Submitting records an event on the tensor's
+// device's current stream, and kolo's stream waits for it, so the collective reads what
+// was enqueued before the call, without the host waiting. wait() blocks the host only
+// until the work is enqueued (all ranks negotiated it), then makes the current stream
+// wait for kolo's work: what the caller enqueues afterwards on that stream sees the
+// result; the host does not wait for the GPU (synchronize the stream or read the tensor
+// on the host for that). Call wait() with the same current stream as the submit, or order
+// other streams yourself. kolo keeps the tensors alive until its stream has finished
+// with them, also when the handle is dropped. A failure of the device work after wait()
+// (a dead peer, NCCL's async error) ends the runtime within KOLO_PEER_TIMEOUT_SECONDS:
+// the next kolo call throws it. poll() says whether the work was enqueued, not finished.
 class TorchHandle {
  public:
   TorchHandle() = default;

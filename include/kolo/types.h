@@ -62,6 +62,11 @@ struct TensorView {
   // True when `data` is a host copy of a tensor on `device` (adapters stage CUDA tensors
   // through host memory); the runtime then reads and writes `data` as CPU memory.
   bool host_staged = false;
+  // Device memory only (not host_staged): the device's own handle of an event (a
+  // cudaEvent_t) recorded after the caller's work that produces `data`; kolo's stream
+  // waits for it before reading, without the host waiting. Null: `data` is ready now. It
+  // must stay valid until the operation's handle completes.
+  void* ready_event = nullptr;
 
   std::int64_t numel() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }

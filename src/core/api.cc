@@ -12,6 +12,7 @@
 #include "common/thread_annotations.h"
 #include "core/ops.h"
 #include "core/runtime.h"
+#include "device/default_device.h"
 #include "kolo/kolo.h"
 #include "rendezvous/elastic_keys.h"
 #include "rendezvous/launcher_keys.h"
@@ -177,6 +178,16 @@ bool start_runtime(const core::Env& env, std::int64_t generation_from, std::stri
         return transport::create_communicator(*t, context, out);
       };
   auto runtime = std::make_shared<core::Runtime>(config, factory);
+  if (device::default_device_kind() != nullptr) {
+    // CUDA tensors run on the device path (NCCL), made at the first of them.
+    device::DefaultDeviceOptions d;
+    d.local_rank = launch.local_rank;
+    d.timeout_seconds = config.peer_timeout_seconds;
+    runtime->set_device_factory([d](int index, std::unique_ptr<device::Device>* out) mutable {
+      d.index = index;
+      return device::make_default_device(d, out);
+    });
+  }
   if (launch.launcher == "kolorun" && meets && !config.elastic) {
     // kolorun chooses which worker ended the job; a rank whose operations fail because
     // others left says so, so that its own exit is not taken for the cause (it exits
@@ -336,6 +347,8 @@ bool is_initialized() {
   std::lock_guard<std::mutex> lock(g_api.mu);
   return g_api.runtime != nullptr;
 }
+
+bool has_device_path() { return current()->has_device_path(); }
 
 int rank() { return current()->topology().rank; }
 int size() { return current()->topology().size; }

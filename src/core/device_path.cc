@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/deadline.h"
+
 #include "common/reduce.h"
 #include "common/shape.h"
 #include "core/fusion.h"
@@ -10,17 +12,15 @@ namespace kolo::core {
 
 namespace {
 
-bool device_memory(const Entry& e) {
-  return std::none_of(e.inputs.begin(), e.inputs.end(),
-                      [](const TensorView& v) { return v.host_staged; });
-}
-
 Status staged_on_device_path(const Response& r) {
   return InvalidArgument(std::string(op_name(r.op)) + " '" + r.name +
                          "': this rank passed a CUDA tensor staged in host memory where the job "
                          "runs CUDA tensors on the device path (NCCL); pass the device tensor "
                          "itself, as the libtorch adapter does when kolo has a device");
 }
+
+// The host wait for running groups when the path ends (the runtime is ending).
+constexpr double kEndWaitSeconds = 10;
 
 }  // namespace
 
@@ -30,18 +30,45 @@ bool runs_on_device(const Response& r) {
 }
 
 DevicePath::~DevicePath() {
+  // The stream may still read or write the fusion buffer and the callers' memory.
+  if (!drain(deadline_after(kEndWaitSeconds)).ok()) abort();
+  stream_.reset();  // the stand-in's thread ends here, its waits bounded
   if (buffer_ != nullptr) dev_.release(buffer_);
+}
+
+Status DevicePath::usable(const Entry& entry, const Response& r) const {
+  for (const TensorView& v : entry.inputs) {
+    if (v.host_staged) return staged_on_device_path(r);
+    if (v.device_index != index_) {
+      return InvalidArgument(
+          std::string(op_name(r.op)) + " '" + r.name +
+          "': its tensor is on cuda:" + std::to_string(v.device_index) +
+          ", but this rank's device path runs on cuda:" + std::to_string(index_) +
+          " (kolo uses one GPU per process, the one of its first device tensor: "
+          "pin each process to one GPU, as kolo::device() does)");
+    }
+  }
+  return Status::OK();
+}
+
+Status DevicePath::wait_ready(const Entry& entry) {
+  for (const TensorView& v : entry.inputs) {
+    if (v.ready_event != nullptr)
+      KOLO_RETURN_IF_ERROR(dev_.wait_native_event(*stream_, v.ready_event));
+  }
+  return Status::OK();
 }
 
 Status DevicePath::ready(transport::Communicator& control, transport::Deadline deadline) {
   if (!stream_) KOLO_RETURN_IF_ERROR(dev_.create_stream(&stream_));
-  if (!done_) KOLO_RETURN_IF_ERROR(dev_.create_event(&done_));
   if (!comm_) KOLO_RETURN_IF_ERROR(device::connect_collectives(dev_, control, deadline, &comm_));
   return comm_->async_error();
 }
 
-Status DevicePath::reserve(std::size_t bytes) {
+Status DevicePath::reserve(std::size_t bytes, transport::Deadline deadline) {
   if (bytes <= capacity_) return Status::OK();
+  // Running groups still use the old buffer (rare: the buffer only grows).
+  KOLO_RETURN_IF_ERROR(drain(deadline));
   if (buffer_ != nullptr) dev_.release(buffer_);
   buffer_ = nullptr;
   capacity_ = 0;
@@ -50,64 +77,112 @@ Status DevicePath::reserve(std::size_t bytes) {
   return Status::OK();
 }
 
-Status DevicePath::finish(transport::Deadline deadline) {
-  KOLO_RETURN_IF_ERROR(dev_.record(*done_, *stream_));
-  Status s = dev_.synchronize(*done_, deadline);
-  if (s.ok()) s = comm_->async_error();
-  // A collective that failed or did not finish leaves the device communicator unusable
-  // (NCCL's rule): abort it, so that nothing of it waits on, and make a new one next time.
-  if (!s.ok()) {
+void DevicePath::abort() {
+  if (comm_) {
     comm_->abort();
     comm_.reset();
   }
-  return s;
+}
+
+Status DevicePath::poll() {
+  while (!running_.empty()) {
+    Running& front = running_.front();
+    bool done = false;
+    Status s = dev_.query(*front.done, &done);
+    if (s.ok() && !done && transport::Clock::now() >= front.deadline) {
+      s = PeerFailure("the device work of " + front.what + " on " + dev_.name() +
+                      " did not finish within the peer timeout: a peer does not take part, or "
+                      "the GPU is stuck");
+    }
+    if (s.ok() && comm_) s = comm_->async_error();
+    if (!s.ok()) {
+      abort();
+      return s;
+    }
+    if (!done) return Status::OK();
+    running_.pop_front();  // releases the callers' memory
+  }
+  return comm_ ? comm_->async_error() : Status::OK();
+}
+
+Status DevicePath::drain(transport::Deadline deadline) {
+  while (!running_.empty()) {
+    KOLO_RETURN_IF_ERROR(dev_.synchronize(*running_.front().done, deadline));
+    running_.pop_front();
+  }
+  return Status::OK();
 }
 
 Status DevicePath::execute(transport::Communicator& control, const std::vector<FusedItem>& items,
                            transport::Deadline deadline, std::vector<Status>* item_status,
-                           ExecTimes* times) {
+                           ExecTimes* times, std::shared_ptr<device::Event>* done) {
   item_status->assign(items.size(), Status::OK());
   times->pack_start = ExecTimes::Clock::now();
-  KOLO_RETURN_IF_ERROR(ready(control, deadline));
+  Status s = poll();  // an earlier group's failure ends the runtime before more is enqueued
+  if (s.ok()) s = ready(control, deadline);
+  if (!s.ok()) {
+    abort();
+    return s;
+  }
   const Response& first = *items.front().response;
-  Status s;
+  Running run;
+  run.deadline = deadline;
+  run.what = std::string(op_name(first.op)) + " '" + first.name + "'" +
+             (items.size() > 1 ? " and " + std::to_string(items.size() - 1) + " more" : "");
+  for (const FusedItem& item : items) {
+    if (item.entry) run.held.push_back(item.entry->handle);
+  }
   if (first.op == OpType::kBroadcast) {
     times->comm_start = ExecTimes::Clock::now();
     s = broadcast(items.front());
     if (!s.ok()) (*item_status)[0] = s;
   } else {
-    s = allreduce(items, item_status, times);
+    s = allreduce(items, deadline, item_status, times, &run.held);
   }
-  // Whatever was enqueued runs to its end before the buffers are reused or the handles
-  // complete.
-  const Status done = finish(deadline);
+  // Whatever was enqueued is marked, and held until it has run.
+  std::unique_ptr<device::Event> event;
+  Status marked = dev_.create_event(&event);
+  if (marked.ok()) marked = dev_.record(*event, *stream_);
+  if (!marked.ok()) {
+    abort();  // work may be enqueued that nothing marks: the communicator cannot go on
+    const Status drained = drain(deadline);
+    return drained.ok() ? marked : drained;
+  }
+  run.done = std::move(event);
+  *done = run.done;
+  running_.push_back(std::move(run));
   times->comm_end = times->unpack_end = ExecTimes::Clock::now();
-  return done.ok() ? s : done;
+  return s;
 }
 
 Status DevicePath::broadcast(const FusedItem& item) {
   const Response& r = *item.response;
   if (!item.entry)
     return Internal("broadcast '" + r.name + "' reached a rank that did not submit it");
-  if (!device_memory(*item.entry)) return staged_on_device_path(r);
+  KOLO_RETURN_IF_ERROR(usable(*item.entry, r));
+  KOLO_RETURN_IF_ERROR(wait_ready(*item.entry));
   const TensorView& out = item.entry->outputs[0];
   return comm_->broadcast(out.data, out.data, out.nbytes(), r.root, *stream_);
 }
 
-Status DevicePath::allreduce(const std::vector<FusedItem>& items, std::vector<Status>* item_status,
-                             ExecTimes* times) {
+Status DevicePath::allreduce(const std::vector<FusedItem>& items, transport::Deadline deadline,
+                             std::vector<Status>* item_status, ExecTimes* times,
+                             std::vector<std::shared_ptr<void>>* held) {
   const Response& first = *items.front().response;
   const DataType wire = first.wire_dtype;
   const std::size_t elem = dtype_size(wire);
-  // A rank that cannot take part with its memory (it joined, or passed host-staged memory)
-  // contributes the op's identity, so that the others' collective completes.
+  // A rank that cannot take part with its memory (it joined, or passed memory this path
+  // cannot read) contributes the op's identity, so that the others' collective completes.
   std::vector<Entry*> entries(items.size());
   std::size_t total = 0, most = 0;
   for (std::size_t k = 0; k < items.size(); ++k) {
     entries[k] = items[k].entry;
-    if (entries[k] && !device_memory(*entries[k])) {
-      (*item_status)[k] = staged_on_device_path(*items[k].response);
-      entries[k] = nullptr;
+    if (entries[k]) {
+      Status why = usable(*entries[k], *items[k].response);
+      if (!why.ok()) {
+        (*item_status)[k] = std::move(why);
+        entries[k] = nullptr;
+      }
     }
     for (const auto& shape : items[k].response->shapes) {
       const auto count = static_cast<std::size_t>(shape_numel(shape));
@@ -115,11 +190,19 @@ Status DevicePath::allreduce(const std::vector<FusedItem>& items, std::vector<St
       if (!entries[k]) most = std::max(most, count);
     }
   }
-  KOLO_RETURN_IF_ERROR(reserve(total * elem));  // the device's error names it and the size
+  // The device's error names it and the size.
+  KOLO_RETURN_IF_ERROR(reserve(total * elem, deadline));
   auto* base = static_cast<std::byte*>(buffer_);
+  // The identity is copied from the host when the stream gets there: its memory is held
+  // with the group.
+  std::shared_ptr<std::vector<unsigned char>> identity;
   if (most > 0) {
-    identity_.resize(most * elem);
-    fill_identity(identity_.data(), most, wire, first.reduce_op);
+    identity = std::make_shared<std::vector<unsigned char>>(most * elem);
+    fill_identity(identity->data(), most, wire, first.reduce_op);
+    held->push_back(identity);
+  }
+  for (Entry* entry : entries) {
+    if (entry) KOLO_RETURN_IF_ERROR(wait_ready(*entry));
   }
   std::size_t offset = 0;
   for (std::size_t k = 0; k < items.size(); ++k) {
@@ -131,7 +214,7 @@ Status DevicePath::allreduce(const std::vector<FusedItem>& items, std::vector<St
         KOLO_RETURN_IF_ERROR(dev_.convert(dst, wire, entries[k]->inputs[i].data, r.dtype, count,
                                           r.prescale, 1.0, *stream_));
       } else if (count > 0) {
-        KOLO_RETURN_IF_ERROR(dev_.copy(dst, identity_.data(), count * elem, *stream_));
+        KOLO_RETURN_IF_ERROR(dev_.copy(dst, identity->data(), count * elem, *stream_));
       }
       offset += count;
     }

@@ -10,15 +10,22 @@
 // (device::connect_collectives). One DevicePath per process set, used by the background
 // thread only.
 //
-// Today the background thread waits (bounded by the peer timeout) for the device work of
-// each group before completing its handles; the caller's tensors must be ready on the
-// device when it submits them. Ordering with the caller's CUDA streams through events is
-// the next step (docs/gpu.md).
+// Streams (CUDA's semantics, no host synchronisation on the way): the group's work is
+// enqueued on the path's stream after each input's ready event (TensorView::ready_event,
+// recorded by the caller after the work that produces it), and an event recorded after it
+// (the group's `done`) goes to every handle (Handle::device_event) when the work has been
+// enqueued; the caller's stream waits on it before it reads the outputs. The handles then
+// complete at once; the path keeps their state (and so the caller's memory, through
+// keep_alive) until `done` has completed, which poll() checks every cycle: an error of the
+// device work, or work not finished within the peer timeout, aborts the device
+// communicator and ends the runtime as a peer failure does.
 //
 // Not for: host memory (executor.h), choosing which responses come here (runtime_loop.cc).
 #pragma once
 
+#include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/executor.h"
@@ -32,35 +39,66 @@ bool runs_on_device(const Response& r);
 
 class DevicePath {
  public:
-  explicit DevicePath(device::Device& device) : dev_(device) {}
+  // `index`: the device's CUDA ordinal (a tensor on another GPU is refused).
+  DevicePath(device::Device& device, int index) : dev_(device), index_(index) {}
+  // Waits (bounded) for the work still enqueued before anything it uses is freed.
   ~DevicePath();
   DevicePath(const DevicePath&) = delete;
   DevicePath& operator=(const DevicePath&) = delete;
 
-  // Runs `items` (one broadcast, or allreduces of one fusion group) among the ranks of
+  // Enqueues `items` (one broadcast, or allreduces of one fusion group) among the ranks of
   // `control` (the process set's CPU communicator). Like execute_fused(): the returned
   // status is the collective's (a failure applies to every item, and a peer failure
-  // aborts the device communicator); `item_status` gets each item's own outcome.
+  // aborts the device communicator); `item_status` gets each item's own outcome. On
+  // success *done is the event that marks the group's device work (for the handles);
+  // the path keeps the items' handle states until it completes, `deadline` at the latest.
   Status execute(transport::Communicator& control, const std::vector<FusedItem>& items,
-                 transport::Deadline deadline, std::vector<Status>* item_status, ExecTimes* times);
+                 transport::Deadline deadline, std::vector<Status>* item_status, ExecTimes* times,
+                 std::shared_ptr<device::Event>* done);
+
+  // Releases what groups whose work completed held. An error of the device work, or a
+  // group still running at its deadline, aborts the device communicator and is returned
+  // (a peer failure: the runtime ends). Called by the background thread every cycle.
+  Status poll();
+  // The device's own handle of a group's event (Handle::device_event).
+  void* native_event(device::Event& event) { return dev_.native_event(event); }
+  // Whether groups are still running (the loop keeps cycling to poll them).
+  bool busy() const { return !running_.empty(); }
 
  private:
+  // A group whose device work was enqueued and has not been seen complete.
+  struct Running {
+    std::shared_ptr<device::Event> done;
+    std::vector<std::shared_ptr<void>> held;  // handle states (the caller's memory), identity
+    transport::Deadline deadline;
+    std::string what;  // "allreduce 'x'" (and how many more), for the error
+  };
+
   Status ready(transport::Communicator& control, transport::Deadline deadline);
-  Status allreduce(const std::vector<FusedItem>& items, std::vector<Status>* item_status,
-                   ExecTimes* times);
+  Status allreduce(const std::vector<FusedItem>& items, transport::Deadline deadline,
+                   std::vector<Status>* item_status, ExecTimes* times,
+                   std::vector<std::shared_ptr<void>>* held);
   Status broadcast(const FusedItem& item);
-  // Waits for the stream's work so far; a failure aborts the communicator.
-  Status finish(transport::Deadline deadline);
+  // Whether `entry`'s memory can take part here (device memory of this path's device);
+  // if not, why.
+  Status usable(const Entry& entry, const Response& r) const;
+  // The stream waits for each input's ready event.
+  Status wait_ready(const Entry& entry);
+  // Aborts the communicator (NCCL's rule after a failed or unfinished collective), so that
+  // nothing of it waits on; the next device response makes a new one.
+  void abort();
+  // The host waits for every running group until `deadline`.
+  Status drain(transport::Deadline deadline);
   // The device fusion buffer of at least `bytes` bytes (buffer_).
-  Status reserve(std::size_t bytes);
+  Status reserve(std::size_t bytes, transport::Deadline deadline);
 
   device::Device& dev_;
+  const int index_;
   std::unique_ptr<device::Stream> stream_;
-  std::unique_ptr<device::Event> done_;
   std::unique_ptr<device::Collectives> comm_;  // the set's, made at its first device response
   void* buffer_ = nullptr;                     // the device fusion buffer; grows
   std::size_t capacity_ = 0;
-  std::vector<unsigned char> identity_;  // a joined rank's contribution, copied in from here
+  std::deque<Running> running_;  // in the stream's order
 };
 
 }  // namespace kolo::core

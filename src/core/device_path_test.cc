@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <future>
+#include <thread>
 #include <vector>
 
 #include "common/reduce.h"
@@ -12,6 +14,7 @@
 #include "core/runtime.h"
 #include "core/testing/ranks.h"
 #include "device/host/host_device.h"
+#include "device/host/host_stream.h"
 
 namespace kolo::core {
 namespace {
@@ -24,18 +27,37 @@ TensorView on_device(TensorView v) {
   return v;
 }
 
+// What a caller's stream does before it reads a device output: wait for the handle's
+// device event (the stand-in's native event is its HostEvent). The device work's status.
+Status device_done(const Handle& h) {
+  h.wait();
+  void* native = h.device_event();
+  if (native == nullptr) return Status::OK();
+  auto marker = static_cast<device::host::HostEvent*>(native)->latest();
+  return marker ? marker->wait_until(deadline_after(20), "the test's wait") : Status::OK();
+}
+
+void expect_done(const Handle& h) {
+  const Status s = device_done(h);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
 // run_ranks with a stand-in device for each runtime (all of them joined by one in-process
 // fabric). `fabric_out`: the fabric, for fault injection; `device_timeout`: the stand-in's
 // bound.
 void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
                       int* devices_made = nullptr, device::host::InprocFabric* fabric_out = nullptr,
-                      double device_timeout = 20) {
+                      double device_timeout = 20, std::vector<int>* indices = nullptr,
+                      double peer_timeout = 20) {
   device::host::InprocFabric own;
   device::host::InprocFabric& fabric = fabric_out ? *fabric_out : own;
   std::atomic<int> made{0};
-  testing::run_ranks(n, test_config(), fn, 0, nullptr, [&](int r, Runtime& rt) {
-    rt.set_device_factory([&, r](std::unique_ptr<device::Device>* out) {
+  Config config = test_config();
+  config.peer_timeout_seconds = peer_timeout;
+  testing::run_ranks(n, config, fn, 0, nullptr, [&](int r, Runtime& rt) {
+    rt.set_device_factory([&, r](int index, std::unique_ptr<device::Device>* out) {
       ++made;
+      if (indices) (*indices)[static_cast<std::size_t>(r)] = index;
       *out = device::host::make_host_device(
           {.index = r, .timeout_seconds = device_timeout, .connect = fabric.connector()});
       return Status::OK();
@@ -80,7 +102,7 @@ TEST(DevicePath, FusedAllreducesGiveTheCpuPathsResults) {
           handles.push_back(ops::allreduce(rt, {c}, {c}, o, false));
         }
         rt.hold_requests(false);
-        for (auto& h : handles) h.wait();
+        for (auto& h : handles) expect_done(h);
         for (int t = 0; t < 4; ++t) {
           for (std::size_t i = 0; i < dev[t].size(); ++i) {
             ASSERT_EQ(dev[t][i], cpu[t][i]) << opts[t].name << " element " << i;
@@ -103,18 +125,16 @@ TEST(DevicePath, OutOfPlaceAllreducesAndBroadcasts) {
     std::vector<std::int64_t> in(10), out(10, -1);
     for (int i = 0; i < 10; ++i) in[static_cast<std::size_t>(i)] = (rank + 1) * i;
     AllreduceOptions o{.name = "i64", .op = ReduceOp::kSum};
-    ops::allreduce(rt, {on_device(view_of(in, DataType::kInt64))},
-                   {on_device(view_of(out, DataType::kInt64))}, o, false)
-        .wait();
+    expect_done(ops::allreduce(rt, {on_device(view_of(in, DataType::kInt64))},
+                               {on_device(view_of(out, DataType::kInt64))}, o, false));
     for (int i = 0; i < 10; ++i) {
       EXPECT_EQ(out[static_cast<std::size_t>(i)], 3 * i);
       EXPECT_EQ(in[static_cast<std::size_t>(i)], (rank + 1) * i);  // the input is left alone
     }
     for (int root = 0; root < n; ++root) {
       std::vector<double> b(7, rank * 10.0 + 1);
-      ops::broadcast(rt, on_device(view_of(b, DataType::kFloat64)),
-                     {.name = "b" + std::to_string(root), .root = root})
-          .wait();
+      expect_done(ops::broadcast(rt, on_device(view_of(b, DataType::kFloat64)),
+                                 {.name = "b" + std::to_string(root), .root = root}));
       for (double v : b) EXPECT_EQ(v, root * 10.0 + 1);
     }
   });
@@ -129,10 +149,9 @@ TEST(DevicePath, AJoinedRankContributesTheIdentity) {
       return;
     }
     std::vector<float> x(5, static_cast<float>(rank + 1) * 3);
-    ops::allreduce(rt, {on_device(view_of(x, DataType::kFloat32))},
-                   {on_device(view_of(x, DataType::kFloat32))},
-                   {.name = "j", .op = ReduceOp::kAverage}, false)
-        .wait();
+    expect_done(ops::allreduce(rt, {on_device(view_of(x, DataType::kFloat32))},
+                               {on_device(view_of(x, DataType::kFloat32))},
+                               {.name = "j", .op = ReduceOp::kAverage}, false));
     for (float v : x) EXPECT_FLOAT_EQ(v, (3.0f + 6.0f) / 3);
     ops::join(rt).wait();
   });
@@ -154,9 +173,12 @@ TEST(DevicePath, OpsNotOnTheDevicePathAreRefusedNamingThem) {
   });
 }
 
-// A rank whose device stops taking part (its "NCCL" connections die; its CPU control
-// plane lives): the others' device collective fails within the device's timeout naming
-// it, as a peer failure that ends their runtimes, instead of hanging.
+// A rank whose device stops taking part (its "NCCL" connections die): the others' device
+// collective fails (here within the stand-in's timeout; on a GPU within the peer timeout,
+// DevicePath::poll), their waits for its event say so, and their runtimes end as after a
+// peer failure, naming the rank, instead of hanging. The dead rank's runtime ends at once
+// (its own device work failed), so the others' next negotiation fails at the peer timeout
+// (4 s here) if their poll has not ended them first.
 TEST(DevicePath, ADeadPeerOnTheDeviceEndsTheRuntimeNamingIt) {
   device::host::InprocFabric fabric;
   std::atomic<int> failed{0};
@@ -165,7 +187,7 @@ TEST(DevicePath, ADeadPeerOnTheDeviceEndsTheRuntimeNamingIt) {
       [&](int rank, Runtime& rt) {
         std::vector<float> x(4, 1.0f);
         TensorView v = on_device(view_of(x, DataType::kFloat32));
-        ops::allreduce(rt, {v}, {v}, {.name = "first", .op = ReduceOp::kSum}, false).wait();
+        expect_done(ops::allreduce(rt, {v}, {v}, {.name = "first", .op = ReduceOp::kSum}, false));
         EXPECT_EQ(x[0], 3.0f);
         ops::barrier(rt, {}).wait();  // every rank's first device collective is done
         if (rank == 2) {
@@ -173,9 +195,16 @@ TEST(DevicePath, ADeadPeerOnTheDeviceEndsTheRuntimeNamingIt) {
         }
         ops::barrier(rt, {}).wait();
         const auto start = std::chrono::steady_clock::now();
+        // The handle completes once the work is enqueued (CUDA's semantics); the work
+        // itself fails, and so does the caller's wait for its event, and the runtime ends:
+        // the next operation fails naming the peer.
+        Handle second;
         try {
-          ops::allreduce(rt, {v}, {v}, {.name = "second", .op = ReduceOp::kSum}, false).wait();
-          ADD_FAILURE() << "rank " << rank << ": the allreduce with a dead device peer ran";
+          second = ops::allreduce(rt, {v}, {v}, {.name = "second", .op = ReduceOp::kSum}, false);
+          const Status s = device_done(second);
+          EXPECT_FALSE(s.ok()) << "rank " << rank << ": the allreduce with a dead device peer ran";
+          ops::barrier(rt, {}).wait();
+          ADD_FAILURE() << "rank " << rank << ": the runtime went on after its device failed";
         } catch (const Error& e) {
           ++failed;
           EXPECT_EQ(e.code(), ErrorCode::kPeerFailure) << e.what();
@@ -185,8 +214,107 @@ TEST(DevicePath, ADeadPeerOnTheDeviceEndsTheRuntimeNamingIt) {
         }
         EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
       },
-      nullptr, &fabric, /*device_timeout=*/1.0);
+      nullptr, &fabric, /*device_timeout=*/1.0, nullptr, /*peer_timeout=*/4.0);
   EXPECT_EQ(failed, 3);
+}
+
+// Streams: the device path's stream waits for the caller's ready event before it reads
+// the input, the handle completes while that device work still waits (no host
+// synchronisation), the caller's memory is held until the work has run, and the caller's
+// wait for the handle's device event orders its reads after it.
+TEST(DevicePath, EventsOrderTheCallersStreamsWithoutTheHostWaiting) {
+  const int n = 2;
+  run_device_ranks(n, [&](int rank, Runtime& rt) {
+    // The caller's own "GPU" stream: held at a gate, then it writes the input.
+    std::unique_ptr<device::Device> mine =
+        device::host::make_host_device({.index = 10 + rank, .timeout_seconds = 20});
+    std::unique_ptr<device::Stream> producer;
+    std::unique_ptr<device::Event> produced;
+    ASSERT_TRUE(mine->create_stream(&producer).ok());
+    ASSERT_TRUE(mine->create_event(&produced).ok());
+    std::promise<void> open;
+    std::shared_future<void> opened = open.get_future().share();
+    std::vector<float> x(6, -1.0f);
+    ASSERT_TRUE(
+        mine->host_function(*producer, [opened] { opened.wait_for(std::chrono::seconds(20)); })
+            .ok());
+    ASSERT_TRUE(mine->host_function(
+                        *producer,
+                        [&x, rank] { std::fill(x.begin(), x.end(), static_cast<float>(rank + 1)); })
+                    .ok());
+    ASSERT_TRUE(mine->record(*produced, *producer).ok());
+
+    TensorView v = on_device(view_of(x, DataType::kFloat32));
+    v.ready_event = mine->native_event(*produced);
+    std::weak_ptr<int> held;
+    std::shared_ptr<device::host::Marker> group_done;  // what the caller's stream waits for
+    {
+      Handle h = ops::allreduce(rt, {v}, {v}, {.name = "ordered", .op = ReduceOp::kSum}, false);
+      auto owner = std::make_shared<int>(1);  // stands for the caller's tensors
+      held = owner;
+      h.keep_alive(std::move(owner));
+      h.wait();  // returns while the producer is still held at its gate
+      ASSERT_NE(h.device_event(), nullptr);
+      group_done = static_cast<device::host::HostEvent*>(h.device_event())->latest();
+      ASSERT_TRUE(group_done);
+      EXPECT_FALSE(group_done->done());
+      EXPECT_EQ(x[0], -1.0f);
+    }
+    // The handle is gone; the runtime still holds the caller's memory for the device work.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(held.expired());
+    open.set_value();
+    // Released once the work has run (the runtime polls it every cycle).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!held.expired() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_TRUE(held.expired());
+    ASSERT_TRUE(group_done->wait_until(deadline_after(20), "the test's wait").ok());
+    for (float e : x) EXPECT_EQ(e, 3.0f);  // 1 + 2: each rank's input as its producer wrote it
+    // The next operation waits for its own ready event only: none here.
+    std::vector<float> y(3, static_cast<float>(rank));
+    TensorView w = on_device(view_of(y, DataType::kFloat32));
+    expect_done(ops::allreduce(rt, {w}, {w}, {.name = "next", .op = ReduceOp::kMax}, false));
+    for (float e : y) EXPECT_EQ(e, 1.0f);
+  });
+}
+
+// The device is made for the GPU of the first device tensor; a tensor on another GPU is
+// refused naming both (one GPU per process), and the other ranks' collective completes.
+TEST(DevicePath, ATensorOnAnotherGpuIsRefusedNamingIt) {
+  const int n = 2;
+  std::vector<int> indices(n, -2);
+  run_device_ranks(
+      n,
+      [&](int rank, Runtime& rt) {
+        std::vector<float> x(4, 1.0f);
+        TensorView v = on_device(view_of(x, DataType::kFloat32));
+        v.device_index = rank == 0 ? 0 : 1;
+        expect_done(ops::allreduce(rt, {v}, {v}, {.name = "first"}, false));
+        EXPECT_EQ(x[0], 1.0f);  // the average of 1 and 1
+        std::vector<float> y(4, 5.0f);
+        TensorView w = on_device(view_of(y, DataType::kFloat32));
+        w.device_index = rank == 0 ? 1 : 1;  // rank 0's device is cuda:0
+        Handle h = ops::allreduce(rt, {w}, {w}, {.name = "elsewhere", .op = ReduceOp::kSum}, false);
+        if (rank == 0) {
+          try {
+            h.wait();
+            ADD_FAILURE() << "a tensor on another GPU ran";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+            const std::string m = e.what();
+            EXPECT_NE(m.find("'elsewhere'"), std::string::npos) << m;
+            EXPECT_NE(m.find("cuda:1"), std::string::npos) << m;
+            EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+          }
+        } else {
+          expect_done(h);
+          EXPECT_EQ(y[0], 5.0f);  // rank 0 contributed the identity
+        }
+      },
+      nullptr, nullptr, 20, &indices);
+  EXPECT_EQ(indices, (std::vector<int>{0, 1}));
 }
 
 // Without a device factory nothing changes: device memory is refused as before.

@@ -76,6 +76,7 @@ const std::vector<std::int64_t>& Handle::received_splits() const {
   return must(state_).received_splits;
 }
 int Handle::last_joined_rank() const { return must(state_).last_joined_rank; }
+void* Handle::device_event() const { return must(state_).device_event; }
 
 Handle::Times Handle::times() const {
   auto& s = must(state_);

@@ -49,6 +49,10 @@ struct HandleState {
   // Memory the operation reads or writes, owned by an adapter: released with the last
   // reference to this state (after completion), so a caller may drop its Handle early.
   std::shared_ptr<void> keep_alive KOLO_GUARDED_BY(mu);
+  // Device memory (the device path): the event that marks the device work writing the
+  // outputs (Handle::device_event), and its owner. Set before complete().
+  void* device_event = nullptr;
+  std::shared_ptr<void> device_event_owner;
 
   void mark_started();
   void complete(ErrorCode code, std::string message);

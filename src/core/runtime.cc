@@ -183,6 +183,13 @@ bool Runtime::cycles_on_demand() const { return inbox_.has_bell(); }
 
 void Runtime::hold_requests(bool hold) { inbox_.hold(hold); }
 
+int Runtime::device_index_of(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = table_.find(name);
+  if (it == table_.end() || it->second->inputs.empty()) return -1;
+  return it->second->inputs.front().device_index;
+}
+
 std::shared_ptr<Entry> Runtime::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(name);

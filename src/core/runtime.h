@@ -68,7 +68,9 @@ class Runtime {
   // tensors runs (device_path.h): with one, CUDA tensors passed as they are (not staged on
   // the host) run through the device's collectives (NCCL); without, they are refused as
   // before. Called on the background thread. Set before start().
-  using DeviceFactory = std::function<Status(std::unique_ptr<device::Device>*)>;
+  // `index`: the CUDA ordinal of the first device tensor, or -1 when this rank has none
+  // (it joined): the factory's own choice.
+  using DeviceFactory = std::function<Status(int index, std::unique_ptr<device::Device>*)>;
   void set_device_factory(DeviceFactory factory) { device_factory_ = std::move(factory); }
   bool has_device_path() const { return static_cast<bool>(device_factory_); }
   // Starts the background thread and waits (bounded) until the transport is up.
@@ -157,9 +159,15 @@ class Runtime {
                        const std::vector<std::size_t>& group, FusionBuffer& buffer,
                        DevicePath* device, transport::Deadline deadline,
                        std::chrono::steady_clock::time_point responded);
-  // The device path of `set` (made with the device at its first use), or the error that
-  // kept the device from being made.
-  Status device_path(Loop& loop, struct ProcessSetState& set, DevicePath** out);
+  // The device path of `set` (made with the device at its first use, for the GPU of the
+  // group led by `first`), or the error that kept the device from being made.
+  Status device_path(Loop& loop, struct ProcessSetState& set, const Response& first,
+                     DevicePath** out);
+  // The CUDA ordinal of the submitted operation `name`'s first tensor; -1 without one.
+  int device_index_of(const std::string& name) KOLO_EXCLUDES(mu_);
+  // Polls the device paths' running groups (DevicePath::poll); false with loop.fatal set
+  // when one failed. *busy: some still run.
+  bool poll_device_paths(Loop& loop, bool* busy);
   // In an elastic job a peer failure ends the generation: kWorkersChanged (else `s`).
   Status elastic_view(Status s) const;
   // Whether an operation's error stops the runtime (a peer failure, or the elastic form).

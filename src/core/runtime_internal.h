@@ -45,7 +45,9 @@ struct Runtime::Loop {
   // This rank's device, made at the first response of device tensors (Runtime's
   // DeviceFactory); declared before `sets`, whose device paths use it, so it outlives them.
   std::unique_ptr<device::Device> device;
-  Status device_status;  // why there is none, once making it failed
+  int device_index = -1;     // its CUDA ordinal
+  Status device_status;      // why there is none, once making it failed
+  bool device_busy = false;  // device paths have groups running (polled every cycle)
   // One controller per process set this rank is in, by id, each negotiating among its own
   // ranks over its own communicator. Every cycle runs them in id order on every rank (the
   // global set first), so no two ranks wait for each other in different sets.

@@ -99,19 +99,35 @@ void Runtime::fail_group(const std::vector<Response>& responses, const FusionGro
   }
 }
 
-Status Runtime::device_path(Loop& loop, ProcessSetState& set, DevicePath** out) {
+Status Runtime::device_path(Loop& loop, ProcessSetState& set, const Response& first,
+                            DevicePath** out) {
   if (!set.device_path) {
     if (!loop.device && loop.device_status.ok()) {
-      loop.device_status = device_factory_(&loop.device);
+      loop.device_index = device_index_of(first.name);
+      loop.device_status = device_factory_(loop.device_index, &loop.device);
       if (loop.device_status.ok() && !loop.device) {
         loop.device_status = Internal("the device factory made no device");
       }
     }
     if (!loop.device_status.ok()) return loop.device_status;
-    set.device_path = std::make_unique<DevicePath>(*loop.device);
+    set.device_path = std::make_unique<DevicePath>(*loop.device, loop.device_index);
   }
   *out = set.device_path.get();
   return Status::OK();
+}
+
+bool Runtime::poll_device_paths(Loop& loop, bool* busy) {
+  *busy = false;
+  for (auto& [id, set] : loop.sets) {
+    if (!set.device_path) continue;
+    const Status s = set.device_path->poll();
+    if (!s.ok()) {
+      loop.fatal = elastic_view(s);
+      return false;
+    }
+    *busy = *busy || set.device_path->busy();
+  }
+  return true;
 }
 
 Status Runtime::execute_group(transport::Communicator& comm, const std::vector<Response>& responses,
@@ -141,8 +157,9 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
   // scaling then happens in the passes that move the data.
   const bool lone = items.size() == 1 && only.wire_dtype == only.dtype &&
                     !(only.op == OpType::kAllreduce && comm.reduces_pieces());
+  std::shared_ptr<device::Event> done;  // the device path's group event
   if (device != nullptr) {
-    s = device->execute(comm, items, deadline, &item_status, &times);
+    s = device->execute(comm, items, deadline, &item_status, &times, &done);
   } else if (lone) {
     s = execute_response(comm, *items[0].response, items[0].entry, deadline, &times);
   } else {
@@ -173,6 +190,10 @@ Status Runtime::execute_group(transport::Communicator& comm, const std::vector<R
     }
     // (s is in its elastic form already; an item's own error too.)
     const Status mine = s.ok() ? elastic_view(item_status[k]) : s;
+    if (done && mine.ok()) {
+      entry->handle->device_event = device->native_event(*done);
+      entry->handle->device_event_owner = done;
+    }
     entry->handle->complete(mine.code(), mine.message());
   }
   return ends_runtime(s) ? s : Status::OK();
@@ -230,7 +251,9 @@ void Runtime::loop() {
     // Without callers that may help, the pacer needs no gate (nor light sleeps).
     if (bell && comm_->calls_from_any_thread()) {
       loop.pacer.set_gate(&helper_->gate);
-      loop.pacer.set_waiting_probe([this] {
+      // (Called with the gate held, as every use of the loop.)
+      loop.pacer.set_waiting_probe([this, &loop] {
+        if (loop.device_busy) return true;  // device work to poll
         std::lock_guard<std::mutex> lock(mu_);
         return !table_.empty();
       });
@@ -292,6 +315,7 @@ bool Runtime::run_cycle(Loop& loop) {
     std::lock_guard<std::mutex> lock(mu_);
     waiting = !table_.empty();
   }
+  waiting = waiting || loop.device_busy;  // device work to poll
   const bool timeline = timeline_.active();
   Pacer::Work work = loop.pacer.next(tunables_.cycle_time_ms, waiting, loop.must_cycle, timeline);
   if (helper_->gate.ended) return false;  // a caller's cycle ended the loop
@@ -307,6 +331,10 @@ bool Runtime::cycle_step(Loop& loop, Pacer::Work work, bool timeline) {
   if (work.stop) {
     leave = inbox_.stop_at_exit() ? Controller::Leave::kExit : Controller::Leave::kShutdown;
   }
+  // Device work enqueued in earlier cycles: release what finished, fail on what broke.
+  loop.device_busy = false;
+  if (!poll_device_paths(loop, &loop.device_busy)) return false;
+  idle = !loop.device_busy;
   // Sets added while the global set's responses execute are in the map before the loop
   // reaches their id (ids grow), so they run their first cycle in this one on every member.
   for (auto& [id, set] : loop.sets) {
@@ -351,7 +379,7 @@ bool Runtime::cycle_step(Loop& loop, Pacer::Work work, bool timeline) {
       }
       DevicePath* device = nullptr;
       if (device_factory_ && runs_on_device(first)) {
-        const Status made = device_path(loop, set, &device);
+        const Status made = device_path(loop, set, first, &device);
         if (!made.ok()) {
           // No device (a rank without a GPU, a failed start): the group fails, on this
           // rank, naming why; the others' collective then fails at its deadline.
@@ -394,6 +422,8 @@ bool Runtime::cycle_step(Loop& loop, Pacer::Work work, bool timeline) {
   loop.must_cycle = false;
   for (const auto& [id, set] : loop.sets) {
     loop.must_cycle = loop.must_cycle || set.controller.wants_cycle();
+    // Groups enqueued in this cycle: the next cycles poll them.
+    loop.device_busy = loop.device_busy || (set.device_path && set.device_path->busy());
   }
   loop.pacer.cycle_done(idle);
   finish_cycle(loop, next_tunables ? &*next_tunables : nullptr);

@@ -79,6 +79,14 @@ class Device {
   // Work enqueued on `stream` after this call starts once `event` (as last recorded) has
   // completed; the host does not wait. A failure of the event's stream fails `stream` too.
   virtual Status wait_event(Stream& stream, Event& event) = 0;
+  // The device's own handle of `event` (a cudaEvent_t on CUDA), for a caller outside
+  // kolo that orders its streams with kolo's (TensorView::ready_event,
+  // Handle::device_event); valid while `event` lives.
+  virtual void* native_event(Event& event) = 0;
+  // wait_event() for an event the caller made and recorded on one of its own streams:
+  // `native` is the device's handle (a cudaEvent_t on CUDA; on the stand-in, a HostEvent
+  // given by native_event()). It must live until the wait has been enqueued.
+  virtual Status wait_native_event(Stream& stream, void* native) = 0;
   // Whether `event` has completed: OK with *done, or the error of the work it marks.
   virtual Status query(Event& event, bool* done) = 0;
   // The host waits for `event` until `deadline`: OK, the error of the work it marks, or

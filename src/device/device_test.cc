@@ -99,6 +99,32 @@ TEST_P(DeviceTest, AnEventOrdersTwoStreamsWithoutTheHostWaiting) {
   EXPECT_TRUE(done);
 }
 
+// An event known only by the device's own handle (how a framework's CUDA event reaches
+// kolo, TensorView::ready_event) orders two streams as wait_event() does.
+TEST_P(DeviceTest, ANativeEventOrdersTwoStreams) {
+  auto producer = stream(), consumer = stream();
+  auto produced = event(), consumed = event();
+  Gate gate;
+  std::atomic<int> value{0};
+  int seen = -1;
+  ASSERT_TRUE(dev->host_function(*producer, gate.wait()).ok());
+  ASSERT_TRUE(dev->host_function(*producer, [&] { value = 7; }).ok());
+  ASSERT_TRUE(dev->record(*produced, *producer).ok());
+  void* native = dev->native_event(*produced);
+  ASSERT_NE(native, nullptr);
+  ASSERT_TRUE(dev->wait_native_event(*consumer, native).ok());
+  ASSERT_TRUE(dev->host_function(*consumer, [&] { seen = value; }).ok());
+  ASSERT_TRUE(dev->record(*consumed, *consumer).ok());
+  bool done = true;
+  ASSERT_TRUE(dev->query(*consumed, &done).ok());
+  EXPECT_FALSE(done);
+  gate.open.set_value();
+  ASSERT_TRUE(dev->synchronize(*consumed, deadline_after(20)).ok());
+  EXPECT_EQ(seen, 7);
+  const Status null = dev->wait_native_event(*consumer, nullptr);
+  EXPECT_EQ(null.code(), ErrorCode::kInvalidArgument) << null.message();
+}
+
 // A later record() moves the event: a wait made before it waits for the earlier point.
 TEST_P(DeviceTest, AWaitUsesTheEventAsLastRecordedWhenItIsMade) {
   auto a = stream(), b = stream();

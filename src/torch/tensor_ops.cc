@@ -1,8 +1,14 @@
-// Collectives on torch::Tensor: staging to contiguous host memory, views for the core,
-// results back as tensors, and the autograd functions that make allreduce, allgather and
-// broadcast differentiable. Not for: optimizers (distributed_optimizer.cc) or object
-// broadcasts (broadcast.cc).
+// Collectives on torch::Tensor: staging to contiguous host memory (or, on the device
+// path, CUDA tensors as they are, ordered with the caller's stream by events), views for
+// the core, results back as tensors, and the autograd functions that make allreduce,
+// allgather and broadcast differentiable. Not for: optimizers (distributed_optimizer.cc)
+// or object broadcasts (broadcast.cc).
+//
+// CUDA streams go through c10's device-agnostic interface (VirtualGuardImpl:
+// CUDA's implementation registers itself when libtorch has CUDA), so this file needs no
+// CUDA headers and builds against a CPU-only libtorch.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "kolo/torch.h"
 
@@ -12,14 +18,44 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// An event recorded on the current stream of a device, known by its native handle (a
+// cudaEvent_t) for TensorView::ready_event. (c10::Event does not give the handle in
+// libtorch 1.13.)
+class ReadyEvent {
+ public:
+  explicit ReadyEvent(const torch::Device& device) : impl_(device.type()), index_(device.index()) {
+    impl_.record(&event_, impl_.getStream(device), index_, c10::EventFlag::PYTORCH_DEFAULT);
+  }
+  ~ReadyEvent() {
+    if (event_ != nullptr) impl_.destroyEvent(event_, index_);
+  }
+  ReadyEvent(const ReadyEvent&) = delete;
+  ReadyEvent& operator=(const ReadyEvent&) = delete;
+  void* native() const { return event_; }
+
+ private:
+  c10::impl::VirtualGuardImpl impl_;
+  c10::DeviceIndex index_;
+  void* event_ = nullptr;
+};
+
 // What the core reads and writes for `t`: contiguous host memory (t itself when it
-// already is), described by a view that still names t's device for validation.
+// already is), described by a view that still names t's device for validation; or, for a
+// CUDA tensor on the device path, contiguous device memory (`host` is then on the GPU)
+// and an event recorded on the current stream after the work that produces it.
 struct Staged {
   torch::Tensor host;
   TensorView view;
+  std::shared_ptr<ReadyEvent> ready;  // device path: the view's ready_event
 };
 
-Staged stage(const torch::Tensor& t, const std::string& name) {
+// Whether `t` goes to kolo as it is (a CUDA tensor, a kolo with a device path, and an op
+// the device path runs) rather than through host memory.
+bool as_is(const torch::Tensor& t, bool device_op) {
+  return device_op && t.is_cuda() && has_device_path();
+}
+
+Staged stage(const torch::Tensor& t, const std::string& name, bool device_op = false) {
   Staged s;
   const std::string which = "tensor '" + (name.empty() ? std::string("(unnamed)") : name) + "'";
   try {
@@ -32,14 +68,29 @@ Staged stage(const torch::Tensor& t, const std::string& name) {
         ErrorCode::kInvalidArgument,
         which + " is sparse; kolo's collectives take dense tensors (call to_dense() first)");
   }
-  s.host = t.is_cuda() ? t.to(torch::kCPU) : t;
+  const bool device = as_is(t, device_op);
+  s.host = t.is_cuda() && !device ? t.to(torch::kCPU) : t;
   s.host = s.host.contiguous();
   s.view.data = s.host.data_ptr();
   s.view.shape = t.sizes().vec();
   s.view.device = t.is_cuda() ? DeviceKind::kCUDA : DeviceKind::kCPU;
   s.view.device_index = t.is_cuda() ? t.device().index() : 0;
-  s.view.host_staged = t.is_cuda();
+  s.view.host_staged = t.is_cuda() && !device;
+  if (device) {
+    // kolo's stream reads the tensor after what the current stream enqueued so far.
+    s.ready = std::make_shared<ReadyEvent>(t.device());
+    s.view.ready_event = s.ready->native();
+  }
   return s;
+}
+
+// The current stream of `device` waits for kolo's device work of `h` (c10d's Work::wait()
+// for NCCL: no host wait); nothing for host memory.
+void order_after(const Handle& h, const torch::Device& device) {
+  void* event = h.device_event();
+  if (event == nullptr || !device.is_cuda()) return;
+  c10::impl::VirtualGuardImpl impl(device.type());
+  impl.block(event, impl.getStream(device));
 }
 
 TensorView view_into(torch::Tensor& host, const Staged& like) {
@@ -141,20 +192,24 @@ torch::Tensor TorchHandle::wait() {
 // --- raw (non-differentiable) operations -----------------------------------------------
 
 TorchHandle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options) {
-  Staged in = stage(tensor, options.name);
+  Staged in = stage(tensor, options.name, true);
   torch::Tensor out = torch::empty_like(in.host);
   Handle h = allreduce_async(in.view, view_into(out, in), options);
-  h.keep_alive(hold(in.host, out));
-  return TorchHandle(h, [out, device = tensor.device()] { return out.to(device); });
+  h.keep_alive(hold(in.host, out, in.ready));
+  return TorchHandle(h, [h, out, device = tensor.device()] {
+    order_after(h, device);
+    return out.to(device);
+  });
 }
 
 TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& options) {
-  Staged s = stage(tensor, options.name);
+  Staged s = stage(tensor, options.name, true);
   torch::autograd::impl::bump_version(tensor);  // an in-place write, as far as autograd knows
   Handle h = allreduce_async(s.view, s.view, options);
-  h.keep_alive(hold(s.host));
-  return TorchHandle(h, [host = s.host, tensor]() mutable {
+  h.keep_alive(hold(s.host, s.ready));
+  return TorchHandle(h, [h, host = s.host, tensor]() mutable {
     torch::NoGradGuard no_grad;
+    order_after(h, tensor.device());
     if (!host.is_same(tensor)) tensor.copy_(host);
     return tensor;
   });
@@ -170,12 +225,13 @@ TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions&
 }
 
 TorchHandle broadcast_async_(torch::Tensor& tensor, const BroadcastOptions& options) {
-  Staged s = stage(tensor, options.name);
+  Staged s = stage(tensor, options.name, true);
   torch::autograd::impl::bump_version(tensor);  // an in-place write, as far as autograd knows
   Handle h = broadcast_async(s.view, options);
-  h.keep_alive(hold(s.host));
-  return TorchHandle(h, [host = s.host, tensor]() mutable {
+  h.keep_alive(hold(s.host, s.ready));
+  return TorchHandle(h, [h, host = s.host, tensor]() mutable {
     torch::NoGradGuard no_grad;
+    order_after(h, tensor.device());
     if (!host.is_same(tensor)) tensor.copy_(host);
     return tensor;
   });
@@ -199,13 +255,22 @@ std::vector<torch::Tensor> grouped_allreduce_raw(const std::vector<torch::Tensor
   std::vector<torch::Tensor> outs;
   std::vector<TensorView> in_views, out_views;
   for (const auto& t : tensors) {
-    ins.push_back(stage(t, options.name));
+    ins.push_back(stage(t, options.name, true));
     outs.push_back(torch::empty_like(ins.back().host));
     in_views.push_back(ins.back().view);
     out_views.push_back(view_into(outs.back(), ins.back()));
   }
-  grouped_allreduce(in_views, out_views, options);
-  for (std::size_t i = 0; i < outs.size(); ++i) outs[i] = outs[i].to(tensors[i].device());
+  // The staged tensors and events live here until the wait, the device path holds them
+  // (with the handle's state) until its work has run.
+  Handle h = grouped_allreduce_async(in_views, out_views, options);
+  std::vector<std::shared_ptr<ReadyEvent>> events;
+  for (const Staged& s : ins) events.push_back(s.ready);
+  h.keep_alive(hold(ins, outs, events));
+  h.wait();
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    order_after(h, tensors[i].device());
+    outs[i] = outs[i].to(tensors[i].device());
+  }
   return outs;
 }
 

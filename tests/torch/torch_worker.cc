@@ -474,9 +474,14 @@ void check_broadcasts() {
 
 void check_autograd() { check_autograd_on(torch::kCPU, "ag."); }
 
-// CUDA tensors (host-staged): run where a CUDA device exists, e.g. scripts/gpu_check.sh.
+// CUDA tensors (host-staged, or on the device path in a kolo built with KOLO_DEVICE_PATH):
+// run where a CUDA device exists, e.g. scripts/gpu_check.sh.
 void check_cuda() {
   const int n = kolo::size(), rank = kolo::rank();
+  if (rank == 0) {
+    std::printf("cuda tensors: %s\n", kolo::has_device_path() ? "device path (NCCL, events)"
+                                                              : "staged through host memory");
+  }
   const torch::Device device = kolo::device();
   const auto count = static_cast<int>(torch::cuda::device_count());
   expect(device.is_cuda() && device.index() == kolo::local_rank() % count,

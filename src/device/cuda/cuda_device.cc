@@ -85,6 +85,15 @@ class CudaDevice : public Device {
     const cudaError_t e = cudaStreamWaitEvent(native_stream(stream), as_event(event).event, 0);
     return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": cudaStreamWaitEvent", e);
   }
+  void* native_event(Event& event) override { return as_event(event).event; }
+  Status wait_native_event(Stream& stream, void* native) override {
+    if (native == nullptr) return InvalidArgument(name() + ": a null event to wait for");
+    KOLO_RETURN_IF_ERROR(use());
+    const cudaError_t e =
+        cudaStreamWaitEvent(native_stream(stream), static_cast<cudaEvent_t>(native), 0);
+    return e == cudaSuccess ? Status::OK()
+                            : cuda_error(name() + ": cudaStreamWaitEvent (a caller's event)", e);
+  }
   Status query(Event& event, bool* done) override {
     KOLO_RETURN_IF_ERROR(use());
     CudaEvent& ev = as_event(event);

@@ -149,6 +149,12 @@ class HostDevice : public Device {
     return Status::OK();
   }
 
+  void* native_event(Event& event) override { return &as_event(event); }
+  Status wait_native_event(Stream& stream, void* native) override {
+    if (native == nullptr) return InvalidArgument(name() + ": a null event to wait for");
+    return wait_event(stream, *static_cast<HostEvent*>(native));
+  }
+
   Status query(Event& event, bool* done) override {
     std::shared_ptr<Marker> marker = as_event(event).latest();
     *done = !marker || marker->done();
