@@ -70,6 +70,7 @@ struct AllreduceOptions {
 struct AllgatherOptions {
   std::string name = {};  // "" = "allgather.noname.<n>"
   int process_set = kGlobalProcessSet;
+  OutputAllocator output = {};  // device memory on the device path only (types.h)
 };
 
 struct BroadcastOptions {
@@ -82,6 +83,7 @@ struct AlltoallOptions {
   std::string name = {};                  // "" = "alltoall.noname.<n>"
   std::vector<std::int64_t> splits = {};  // rows of dim 0 sent to each rank; empty = equal parts
   int process_set = kGlobalProcessSet;
+  OutputAllocator output = {};  // device memory on the device path only (types.h)
 };
 
 struct ReducescatterOptions {
@@ -90,6 +92,7 @@ struct ReducescatterOptions {
   double prescale_factor = 1.0;
   double postscale_factor = 1.0;
   int process_set = kGlobalProcessSet;
+  OutputAllocator output = {};  // device memory on the device path only (types.h)
 };
 
 // Every `process_set` field: the id() of a ProcessSet this rank is a member of (only its

@@ -14,9 +14,10 @@
 //   kolo::shutdown();
 //
 // Works with Debian's libtorch 1.13 and libtorch 2.x. CUDA tensors: in a kolo built with
-// KOLO_DEVICE_PATH (kolo::has_device_path()), allreduce and broadcast take them as they
-// are, through NCCL on kolo's own stream (see TorchHandle::wait()); the other collectives,
-// and every one in a kolo without it, stage them through host memory. Every function here
+// KOLO_DEVICE_PATH (kolo::has_device_path()), every collective takes them as they are,
+// through NCCL on kolo's own stream (see TorchHandle::wait()), and allgather's, alltoall's
+// and reducescatter's results are tensors on the same GPU; in a kolo without it they are
+// staged through host memory. Every function here
 // acts on the default runtime started by kolo::init().
 #pragma once
 
@@ -44,8 +45,8 @@ torch::Device device();
 // Result of an asynchronous collective on torch tensors. wait() blocks, copies results
 // back (host staging, non-contiguous or in-place targets) and returns the output.
 //
-// CUDA tensors on the device path (kolo::has_device_path(); allreduce and broadcast)
-// follow c10d's Work semantics for NCCL. Submitting records an event on the tensor's
+// CUDA tensors on the device path (kolo::has_device_path()) follow c10d's Work semantics
+// for NCCL. Submitting records an event on the tensor's
 // device's current stream, and kolo's stream waits for it, so the collective reads what
 // was enqueued before the call, without the host waiting. wait() blocks the host only
 // until the work is enqueued (all ranks negotiated it), then makes the current stream

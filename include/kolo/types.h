@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,16 @@ struct TensorView {
   std::int64_t numel() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
 };
+
+// Where allgather, alltoall and reducescatter put their result when their input is device
+// memory on the device path (kolo::has_device_path()): called once, on kolo's background
+// thread, when the result's dtype and shape are known; it returns a view of memory on the
+// input's device that holds them (the libtorch adapter allocates a tensor there and keeps
+// it). The result is written there, by kolo's stream (Handle::device_event), instead of
+// into Handle::output(). It may throw; the operation then fails with the message (this
+// rank still takes part, so the others' collective completes).
+using OutputAllocator =
+    std::function<TensorView(DataType dtype, const std::vector<std::int64_t>& shape)>;
 
 // A kolo-owned CPU tensor: the result of allgather, alltoall and reducescatter.
 class Tensor {

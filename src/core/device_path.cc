@@ -7,6 +7,7 @@
 #include "common/reduce.h"
 #include "common/shape.h"
 #include "core/fusion.h"
+#include "core/negotiation.h"
 
 namespace kolo::core {
 
@@ -25,8 +26,17 @@ constexpr double kEndWaitSeconds = 10;
 }  // namespace
 
 bool runs_on_device(const Response& r) {
-  return r.device == DeviceKind::kCUDA &&
-         (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast);
+  if (r.device != DeviceKind::kCUDA) return false;
+  switch (r.op) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      return true;
+    default:
+      return false;
+  }
 }
 
 DevicePath::~DevicePath() {
@@ -132,12 +142,21 @@ Status DevicePath::execute(transport::Communicator& control, const std::vector<F
   for (const FusedItem& item : items) {
     if (item.entry) run.held.push_back(item.entry->handle);
   }
-  if (first.op == OpType::kBroadcast) {
-    times->comm_start = ExecTimes::Clock::now();
-    s = broadcast(items.front());
-    if (!s.ok()) (*item_status)[0] = s;
-  } else {
+  if (first.op == OpType::kAllreduce) {
     s = allreduce(items, deadline, item_status, times, &run.held);
+  } else {
+    // One response: a broadcast, allgather, alltoall or reducescatter.
+    times->comm_start = ExecTimes::Clock::now();
+    const FusedItem& item = items.front();
+    if (!item.entry) {
+      s = Internal(std::string(op_name(first.op)) + " '" + first.name +
+                   "' reached a rank that did not submit it");
+    } else if (first.op == OpType::kBroadcast) {
+      s = broadcast(first, *item.entry);
+    } else {
+      s = resized(first, *item.entry, deadline, &(*item_status)[0]);
+    }
+    if (!s.ok()) (*item_status)[0] = s;
   }
   // Whatever was enqueued is marked, and held until it has run.
   std::unique_ptr<device::Event> event;
@@ -151,18 +170,127 @@ Status DevicePath::execute(transport::Communicator& control, const std::vector<F
   run.done = std::move(event);
   *done = run.done;
   running_.push_back(std::move(run));
+  // A handle that fails completes at once, but this rank's part may still read its memory
+  // (it took part so that the others' collective completes): wait for that first (a rare
+  // path), so that the caller may free its memory once the handle completed.
+  const bool failed = !s.ok() || std::any_of(item_status->begin(), item_status->end(),
+                                             [](const Status& st) { return !st.ok(); });
+  if (failed) {
+    const Status drained = drain(deadline);
+    if (!drained.ok()) {
+      abort();
+      return drained;
+    }
+  }
   times->comm_end = times->unpack_end = ExecTimes::Clock::now();
   return s;
 }
 
-Status DevicePath::broadcast(const FusedItem& item) {
-  const Response& r = *item.response;
-  if (!item.entry)
-    return Internal("broadcast '" + r.name + "' reached a rank that did not submit it");
-  KOLO_RETURN_IF_ERROR(usable(*item.entry, r));
-  KOLO_RETURN_IF_ERROR(wait_ready(*item.entry));
-  const TensorView& out = item.entry->outputs[0];
+Status DevicePath::broadcast(const Response& r, Entry& entry) {
+  KOLO_RETURN_IF_ERROR(usable(entry, r));
+  KOLO_RETURN_IF_ERROR(wait_ready(entry));
+  const TensorView& out = entry.outputs[0];
   return comm_->broadcast(out.data, out.data, out.nbytes(), r.root, *stream_);
+}
+
+Status DevicePath::output_of(Entry& entry, const Response& r, const Shape& shape, std::size_t bytes,
+                             void** out) const {
+  const std::string what = std::string(op_name(r.op)) + " '" + r.name + "'";
+  if (!entry.allocate_output) {
+    return InvalidArgument(what +
+                           ": its input is device memory, so kolo needs the caller's output "
+                           "allocator (the options' `output`, kolo/types.h) to put the result "
+                           "on the device; the libtorch adapter gives one");
+  }
+  TensorView v;
+  try {
+    v = entry.allocate_output(r.dtype, shape);
+  } catch (const std::exception& e) {
+    return InvalidArgument(what + ": the output allocator failed: " + e.what());
+  }
+  if (v.device != DeviceKind::kCUDA || v.host_staged || v.device_index != index_ ||
+      v.nbytes() < bytes || (bytes > 0 && v.data == nullptr)) {
+    return InvalidArgument(what + ": the output allocator returned " +
+                           (v.data == nullptr
+                                ? std::string("no memory")
+                                : std::to_string(v.nbytes()) + " bytes of " +
+                                      device_kind_name(v.device) +
+                                      (v.host_staged ? " (host-staged)" : "") +
+                                      " memory on device " + std::to_string(v.device_index)) +
+                           "; it must return device memory on cuda:" + std::to_string(index_) +
+                           " of " + std::to_string(bytes) + " bytes or more");
+  }
+  *out = v.data;
+  return Status::OK();
+}
+
+Status DevicePath::resized(const Response& r, Entry& entry, transport::Deadline deadline,
+                           Status* mine) {
+  KOLO_RETURN_IF_ERROR(usable(entry, r));
+  const int size = comm_->size();
+  const int me = comm_->rank();
+  const std::size_t elem = dtype_size(r.dtype);
+  const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
+  // The result's shape and bytes, and the fusion buffer's part in the op.
+  Shape out_shape = r.op == OpType::kAlltoall ? entry.inputs[0].shape : r.shapes[0];
+  std::vector<std::size_t> send(size), recv(size);
+  std::size_t scratch = 0;  // reducescatter: size padded blocks and one result block
+  std::size_t block = 0;    // reducescatter: the largest rank's elements
+  if (r.op == OpType::kAllgather) {
+    out_shape[0] = 0;
+    for (int j = 0; j < size; ++j) {
+      recv[j] = static_cast<std::size_t>(r.first_dims[j]) * rb;
+      out_shape[0] += r.first_dims[j];
+    }
+  } else if (r.op == OpType::kAlltoall) {
+    auto& received = entry.handle->received_splits;
+    received.assign(size, 0);
+    out_shape[0] = 0;
+    for (int j = 0; j < size; ++j) {
+      const std::int64_t to_j = r.splits[std::size_t(me) * size + j];
+      const std::int64_t from_j = r.splits[std::size_t(j) * size + me];
+      send[j] = static_cast<std::size_t>(to_j) * rb;
+      recv[j] = static_cast<std::size_t>(from_j) * rb;
+      received[j] = from_j;
+      out_shape[0] += from_j;
+    }
+  } else {
+    // NCCL's reducescatter takes equal blocks: rank j's rows are packed (with prescale)
+    // into block j of the fusion buffer, padded to the largest block.
+    block = static_cast<std::size_t>(reducescatter_rows(r.shapes[0][0], size, 0)) * rb / elem;
+    scratch = (static_cast<std::size_t>(size) + 1) * block * elem;
+    out_shape[0] = reducescatter_rows(r.shapes[0][0], size, me);
+  }
+  const std::size_t out_bytes = static_cast<std::size_t>(shape_numel(out_shape)) * elem;
+  void* out = nullptr;
+  *mine = output_of(entry, r, out_shape, out_bytes, &out);
+  // Without a place for its result this rank still takes part (into the fusion buffer),
+  // so that the others' collective completes; its own handle fails.
+  KOLO_RETURN_IF_ERROR(reserve(std::max(scratch, mine->ok() ? 0 : out_bytes), deadline));
+  if (!mine->ok()) out = buffer_;
+  KOLO_RETURN_IF_ERROR(wait_ready(entry));
+  const void* in = entry.inputs[0].data;
+  if (r.op == OpType::kAllgather) return comm_->allgatherv(in, out, recv, *stream_);
+  if (r.op == OpType::kAlltoall) return comm_->alltoallv(in, send, out, recv, *stream_);
+  auto* base = static_cast<std::byte*>(buffer_);
+  std::size_t offset = 0;  // elements of the input
+  for (int j = 0; j < size; ++j) {
+    const auto count =
+        static_cast<std::size_t>(reducescatter_rows(r.shapes[0][0], size, j)) * rb / elem;
+    if (count > 0) {
+      KOLO_RETURN_IF_ERROR(dev_.convert(base + j * block * elem, r.dtype,
+                                        static_cast<const std::byte*>(in) + offset * elem, r.dtype,
+                                        count, r.prescale, 1.0, *stream_));
+    }
+    offset += count;
+  }
+  std::byte* result = base + static_cast<std::size_t>(size) * block * elem;
+  KOLO_RETURN_IF_ERROR(
+      comm_->reducescatter(base, result, block, r.dtype, wire_op(r.reduce_op), *stream_));
+  const std::size_t my_count = out_bytes / elem;
+  if (!mine->ok() || my_count == 0) return Status::OK();
+  const double divisor = r.reduce_op == ReduceOp::kAverage ? size : 1.0;
+  return dev_.convert(out, r.dtype, result, r.dtype, my_count, r.postscale, divisor, *stream_);
 }
 
 Status DevicePath::allreduce(const std::vector<FusedItem>& items, transport::Deadline deadline,

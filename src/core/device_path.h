@@ -3,7 +3,9 @@
 // GPU, the host stand-in in the CPU tests) instead of the CPU transport, with the same
 // tensor semantics as the executor's (executor.h): fusion into one device buffer, prescale
 // and compression while packing, averaging (by the number of ranks, joined ones included)
-// and postscale while unpacking, the op's identity for a rank that joined.
+// and postscale while unpacking, the op's identity for a rank that joined; allgather,
+// alltoall and reducescatter write their results into memory of the caller's
+// OutputAllocator (kolo/types.h).
 //
 // The control plane stays on the CPU transport: negotiation chose the response; the
 // set's CPU communicator also carries the device communicator's UniqueId the first time
@@ -34,7 +36,8 @@
 namespace kolo::core {
 
 // Whether `r` runs on the device path of a runtime that has one: device tensors (CUDA)
-// of an allreduce or broadcast. The same answer on every rank (the response's).
+// of an allreduce, broadcast, allgather, alltoall or reducescatter. The same answer on
+// every rank (the response's).
 bool runs_on_device(const Response& r);
 
 class DevicePath {
@@ -52,6 +55,8 @@ class DevicePath {
   // aborts the device communicator); `item_status` gets each item's own outcome. On
   // success *done is the event that marks the group's device work (for the handles);
   // the path keeps the items' handle states until it completes, `deadline` at the latest.
+  // When an item fails, the host waits for the group's work before returning, so that a
+  // failed handle never completes while the device still reads the caller's memory.
   Status execute(transport::Communicator& control, const std::vector<FusedItem>& items,
                  transport::Deadline deadline, std::vector<Status>* item_status, ExecTimes* times,
                  std::shared_ptr<device::Event>* done);
@@ -78,7 +83,12 @@ class DevicePath {
   Status allreduce(const std::vector<FusedItem>& items, transport::Deadline deadline,
                    std::vector<Status>* item_status, ExecTimes* times,
                    std::vector<std::shared_ptr<void>>* held);
-  Status broadcast(const FusedItem& item);
+  Status broadcast(const Response& r, Entry& entry);
+  // Allgather, alltoall, reducescatter: the result goes where the entry's allocator says
+  // (*mine: why it could not, this rank's own failure).
+  Status resized(const Response& r, Entry& entry, transport::Deadline deadline, Status* mine);
+  Status output_of(Entry& entry, const Response& r, const Shape& shape, std::size_t bytes,
+                   void** out) const;
   // Whether `entry`'s memory can take part here (device memory of this path's device);
   // if not, why.
   Status usable(const Entry& entry, const Response& r) const;

@@ -1,15 +1,17 @@
 // The runtime's device path (device_path.h) over the device layer's host stand-in: device
-// tensors (DeviceKind::kCUDA, not staged on the host) of allreduces and broadcasts run
+// tensors (DeviceKind::kCUDA, not staged on the host) of every collective run
 // through the device's collectives with the CPU path's tensor semantics, 2-3 ranks as
 // threads. The stand-in's "device memory" is host memory, so the test reads it directly.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <vector>
 
 #include "common/reduce.h"
+#include "common/shape.h"
 #include "core/ops.h"
 #include "core/runtime.h"
 #include "core/testing/ranks.h"
@@ -157,18 +159,141 @@ TEST(DevicePath, AJoinedRankContributesTheIdentity) {
   });
 }
 
-// What the device path does not take yet fails clearly, and a host-staged CUDA tensor
-// on a runtime with a device path is named.
-TEST(DevicePath, OpsNotOnTheDevicePathAreRefusedNamingThem) {
-  run_device_ranks(2, [&](int, Runtime& rt) {
-    Tensor t(DataType::kFloat32, {4});
-    TensorView v = on_device(t.view());
+// Memory a test's output allocator hands out (the stand-in's "device memory" is host
+// memory): one buffer per call, kept for the test to read.
+struct Outputs {
+  std::vector<std::shared_ptr<std::vector<unsigned char>>> buffers;
+  std::vector<std::vector<std::int64_t>> shapes;
+  OutputAllocator allocator() {
+    return [this](DataType dtype, const std::vector<std::int64_t>& shape) {
+      auto b = std::make_shared<std::vector<unsigned char>>(
+          static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
+      buffers.push_back(b);
+      shapes.push_back(shape);
+      TensorView v;
+      v.data = b->data();
+      v.dtype = dtype;
+      v.shape = shape;
+      v.device = DeviceKind::kCUDA;
+      return v;
+    };
+  }
+  template <typename T>
+  std::vector<T> last() const {
+    const auto& b = *buffers.back();
+    std::vector<T> out(b.size() / sizeof(T));
+    std::memcpy(out.data(), b.data(), b.size());
+    return out;
+  }
+};
+
+// Allgather (uneven rows), alltoall (uneven splits) and reducescatter (rows that do not
+// divide evenly, average with pre- and postscale) of device memory: results in memory of
+// the caller's allocator, equal to the CPU path's (Handle::output()).
+TEST(DevicePath, AllgatherAlltoallAndReducescatterGiveTheCpuPathsResults) {
+  const int n = 3;
+  run_device_ranks(n, [&](int rank, Runtime& rt) {
+    Outputs outs;
+    // allgather: rank r has r + 1 rows of 2.
+    std::vector<float> g(static_cast<std::size_t>(2 * (rank + 1)));
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(rank * 100 + int(i));
+    TensorView gv = view_of(g, DataType::kFloat32, {rank + 1, 2});
+    Handle cpu = ops::allgather(rt, gv, {.name = "cpu.g"});
+    expect_done(ops::allgather(rt, on_device(gv), {.name = "g", .output = outs.allocator()}));
+    cpu.wait();
+    EXPECT_EQ(outs.shapes.back(), (std::vector<std::int64_t>{6, 2}));
+    EXPECT_EQ(outs.last<float>(), std::vector<float>(cpu.output().data_as<float>(),
+                                                     cpu.output().data_as<float>() + 12));
+    // alltoall: rank r sends j + r rows of 1 to rank j.
+    std::vector<std::int64_t> splits;
+    std::vector<std::int64_t> a;
+    for (int j = 0; j < n; ++j) {
+      splits.push_back(j + rank);
+      for (int k = 0; k < j + rank; ++k) a.push_back(rank * 1000 + j * 10 + k);
+    }
+    const auto rows = static_cast<std::int64_t>(a.size());
+    TensorView av = view_of(a, DataType::kInt64, {rows, 1});
+    Handle cpu_a = ops::alltoall(rt, av, {.name = "cpu.a", .splits = splits});
+    Handle dev_a = ops::alltoall(rt, on_device(av),
+                                 {.name = "a", .splits = splits, .output = outs.allocator()});
+    expect_done(dev_a);
+    cpu_a.wait();
+    EXPECT_EQ(dev_a.received_splits(), cpu_a.received_splits());
+    const Tensor& ca = cpu_a.output();
+    EXPECT_EQ(outs.shapes.back(), ca.shape());
+    EXPECT_EQ(outs.last<std::int64_t>(),
+              std::vector<std::int64_t>(ca.data_as<std::int64_t>(),
+                                        ca.data_as<std::int64_t>() + ca.numel()));
+    // reducescatter: 7 rows of 3 over 3 ranks (3, 2, 2 rows).
+    std::vector<double> rsv(21);
+    for (std::size_t i = 0; i < rsv.size(); ++i) rsv[i] = (rank + 1) * 0.5 + double(i);
+    TensorView rv = view_of(rsv, DataType::kFloat64, {7, 3});
+    const ReducescatterOptions ro{
+        .name = "r", .op = ReduceOp::kAverage, .prescale_factor = 2.0, .postscale_factor = 0.5};
+    ReducescatterOptions cro = ro;
+    cro.name = "cpu.r";
+    Handle cpu_r = ops::reducescatter(rt, rv, cro);
+    ReducescatterOptions dro = ro;
+    dro.output = outs.allocator();
+    expect_done(ops::reducescatter(rt, on_device(rv), dro));
+    cpu_r.wait();
+    const Tensor& cr = cpu_r.output();
+    EXPECT_EQ(outs.shapes.back(), cr.shape());
+    EXPECT_EQ(outs.last<double>(),
+              std::vector<double>(cr.data_as<double>(), cr.data_as<double>() + cr.numel()));
+    // And what it should be: the average of (r + 1) * 0.5 + i over r, scaled by 2 * 0.5.
+    const std::int64_t first_row = rank == 0 ? 0 : (rank == 1 ? 3 : 5);
+    const auto got = outs.last<double>();
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      EXPECT_DOUBLE_EQ(got[k], 1.0 + double(first_row * 3 + std::int64_t(k))) << k;
+    }
+    // The input is left alone (the prescale works on a copy).
+    EXPECT_EQ(rsv[0], (rank + 1) * 0.5);
+  });
+}
+
+// Device memory without an output allocator, or with one that gives the wrong memory,
+// fails on that rank naming the op and what to do; the ranks still take part, so the
+// others' results are right.
+TEST(DevicePath, AResultWithoutAPlaceOnTheDeviceFailsNamingIt) {
+  run_device_ranks(2, [&](int rank, Runtime& rt) {
+    std::vector<float> x(4, static_cast<float>(rank + 1));
+    TensorView v = on_device(view_of(x, DataType::kFloat32, {2, 2}));
+    Outputs outs;
+    AllgatherOptions o{.name = "g"};
+    if (rank == 1) o.output = outs.allocator();
+    Handle h = ops::allgather(rt, v, o);
+    if (rank == 0) {
+      try {
+        h.wait();
+        ADD_FAILURE() << "allgather of device memory without an allocator ran";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        const std::string m = e.what();
+        EXPECT_NE(m.find("allgather 'g'"), std::string::npos) << m;
+        EXPECT_NE(m.find("output allocator"), std::string::npos) << m;
+      }
+    } else {
+      expect_done(h);
+      EXPECT_EQ(outs.last<float>(), (std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2}));
+    }
+    // An allocator that gives host memory.
+    ReducescatterOptions r{.name = "r", .op = ReduceOp::kSum};
+    r.output = [](DataType dtype, const std::vector<std::int64_t>& shape) {
+      TensorView bad;
+      bad.dtype = dtype;
+      bad.shape = shape;
+      bad.data = reinterpret_cast<void*>(64);  // never written: refused before
+      return bad;
+    };
     try {
-      ops::allgather(rt, v, {.name = "g"}).wait();
-      ADD_FAILURE() << "allgather of device memory ran";
+      ops::reducescatter(rt, v, r).wait();
+      ADD_FAILURE() << "a host-memory output was taken";
     } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-      EXPECT_NE(std::string(e.what()).find("allgather 'g'"), std::string::npos) << e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("must return device memory on cuda:0"),
+                std::string::npos)
+          << e.what();
     }
   });
 }

@@ -21,6 +21,9 @@ struct Entry {
   std::vector<TensorView> inputs;
   std::vector<TensorView> outputs;
   std::shared_ptr<detail::HandleState> handle;
+  // Device memory on the device path: where allgather, alltoall and reducescatter put
+  // their result (kolo/types.h). Called on the background thread.
+  OutputAllocator allocate_output;
   // Timeline only (background thread): end of the first cycle that carried the request.
   std::chrono::steady_clock::time_point first_cycle_end{};
 };

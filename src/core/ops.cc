@@ -15,10 +15,13 @@ const std::string& name_or_default(Runtime& runtime, const std::string& name, Op
 }
 
 Handle submit(Runtime& runtime, const Status& built, Request request,
-              std::vector<TensorView> inputs, std::vector<TensorView> outputs) {
+              std::vector<TensorView> inputs, std::vector<TensorView> outputs,
+              OutputAllocator allocate_output = {}) {
   built.throw_if_error();
   Handle handle;
-  runtime.submit(std::move(request), std::move(inputs), std::move(outputs), &handle)
+  runtime
+      .submit(std::move(request), std::move(inputs), std::move(outputs), &handle,
+              std::move(allocate_output))
       .throw_if_error();
   return handle;
 }
@@ -40,7 +43,7 @@ Handle allgather(Runtime& runtime, const TensorView& input, const AllgatherOptio
   std::string made;
   const Status s = allgather_request(
       input, o, name_or_default(runtime, o.name, OpType::kAllgather, o.process_set, &made), &r);
-  return submit(runtime, s, std::move(r), {input}, {});
+  return submit(runtime, s, std::move(r), {input}, {}, o.output);
 }
 
 Handle broadcast(Runtime& runtime, const TensorView& tensor, const BroadcastOptions& o) {
@@ -56,7 +59,7 @@ Handle alltoall(Runtime& runtime, const TensorView& input, const AlltoallOptions
   std::string made;
   const Status s = alltoall_request(
       input, o, name_or_default(runtime, o.name, OpType::kAlltoall, o.process_set, &made), &r);
-  return submit(runtime, s, std::move(r), {input}, {});
+  return submit(runtime, s, std::move(r), {input}, {}, o.output);
 }
 
 Handle reducescatter(Runtime& runtime, const TensorView& input, const ReducescatterOptions& o) {
@@ -64,7 +67,7 @@ Handle reducescatter(Runtime& runtime, const TensorView& input, const Reducescat
   std::string made;
   const Status s = reducescatter_request(
       input, o, name_or_default(runtime, o.name, OpType::kReducescatter, o.process_set, &made), &r);
-  return submit(runtime, s, std::move(r), {input}, {});
+  return submit(runtime, s, std::move(r), {input}, {}, o.output);
 }
 
 Handle barrier(Runtime& runtime, const BarrierOptions& o) {

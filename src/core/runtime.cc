@@ -72,18 +72,21 @@ std::string Runtime::default_name(OpType op, int process_set) {
 }
 
 Status Runtime::submit(Request request, std::vector<TensorView> inputs,
-                       std::vector<TensorView> outputs, Handle* handle) {
+                       std::vector<TensorView> outputs, Handle* handle,
+                       OutputAllocator allocate_output) {
   std::shared_ptr<detail::HandleState> state;
-  KOLO_RETURN_IF_ERROR(
-      submit_entry(std::move(request), std::move(inputs), std::move(outputs), &state));
+  KOLO_RETURN_IF_ERROR(submit_entry(std::move(request), std::move(inputs), std::move(outputs),
+                                    &state, std::move(allocate_output)));
   *handle = Handle(std::move(state));
   return Status::OK();
 }
 
 Status Runtime::submit_entry(Request request, std::vector<TensorView> inputs,
                              std::vector<TensorView> outputs,
-                             std::shared_ptr<detail::HandleState>* state) {
+                             std::shared_ptr<detail::HandleState>* state,
+                             OutputAllocator allocate_output) {
   auto entry = std::make_shared<Entry>();
+  entry->allocate_output = std::move(allocate_output);
   entry->handle = std::make_shared<detail::HandleState>();
   entry->handle->name = request.name;
   entry->handle->helper = helper_;

@@ -87,8 +87,9 @@ class Runtime {
   // is the operation's. Refused here: a name already in flight on this rank (or one of
   // the reserved names 'join' and 'barrier' for another op), and any request once the
   // runtime stopped (kNotInitialized) or failed (its error). Any thread.
+  // `allocate_output`: allgather's, alltoall's and reducescatter's, for device memory.
   Status submit(Request request, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
-                Handle* handle);
+                Handle* handle, OutputAllocator allocate_output = {});
   // "<op>.noname.<n>" ("<op>.set<k>.noname.<n>" on process set k): the name of an
   // operation submitted without one (the same on every rank that submits the same
   // sequence of unnamed operations on that set).
@@ -182,8 +183,8 @@ class Runtime {
   std::shared_ptr<Entry> take(const std::string& name) KOLO_EXCLUDES(mu_);
   // submit() that returns the handle's state (for the calls that wait on it here).
   Status submit_entry(Request request, std::vector<TensorView> inputs,
-                      std::vector<TensorView> outputs, std::shared_ptr<detail::HandleState>* state)
-      KOLO_EXCLUDES(mu_);
+                      std::vector<TensorView> outputs, std::shared_ptr<detail::HandleState>* state,
+                      OutputAllocator allocate_output = {}) KOLO_EXCLUDES(mu_);
   // Submits a process-set change and waits for it; *id: the set it made (add).
   Status change_process_sets(Request request, int* id);
   // Background thread: applies a negotiated add/remove_process_set response and

@@ -99,6 +99,36 @@ TensorView view_into(torch::Tensor& host, const Staged& like) {
   return v;
 }
 
+// A result that kolo's device path writes into a tensor the adapter allocates on the
+// input's GPU (OutputAllocator): set on kolo's background thread, read after completion.
+struct DeviceResult {
+  torch::Tensor tensor;
+};
+
+OutputAllocator allocate_on(const torch::Device& device, std::shared_ptr<DeviceResult> result) {
+  return [device, result](DataType dtype, const std::vector<std::int64_t>& shape) {
+    result->tensor =
+        torch::empty(shape, torch::TensorOptions().dtype(to_torch_dtype(dtype)).device(device));
+    TensorView v;
+    v.data = result->tensor.data_ptr();
+    v.dtype = dtype;
+    v.shape = shape;
+    v.device = DeviceKind::kCUDA;
+    v.device_index = device.index();
+    return v;
+  };
+}
+
+// The device result of `h` for the caller: its current stream waits for kolo's work, and
+// the caching allocator learns that the stream uses the memory (it was allocated on
+// kolo's background thread), so that freeing it waits for that use.
+torch::Tensor device_result(const Handle& h, const torch::Tensor& t) {
+  order_after(h, t.device());
+  c10::impl::VirtualGuardImpl impl(t.device().type());
+  impl.recordDataPtrOnStream(t.storage().data_ptr(), impl.getStream(t.device()));
+  return t;
+}
+
 // A torch tensor over a kolo result, without copying: the tensor owns the kolo Tensor.
 torch::Tensor from_kolo(Tensor&& t, const torch::Device& device) {
   auto owner = std::make_shared<Tensor>(std::move(t));
@@ -216,10 +246,14 @@ TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& opti
 }
 
 TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions& options) {
-  Staged in = stage(tensor, options.name);
-  Handle h = allgather_async(in.view, options);
-  h.keep_alive(hold(in.host));
-  return TorchHandle(h, [h, device = tensor.device()]() mutable {
+  Staged in = stage(tensor, options.name, true);
+  AllgatherOptions o = options;
+  auto result = std::make_shared<DeviceResult>();
+  if (in.ready) o.output = allocate_on(tensor.device(), result);  // the device path
+  Handle h = allgather_async(in.view, o);
+  h.keep_alive(hold(in.host, in.ready, result));
+  return TorchHandle(h, [h, result, device = tensor.device()]() mutable {
+    if (result->tensor.defined()) return device_result(h, result->tensor);
     return from_kolo(std::move(h.mutable_output()), device);
   });
 }
@@ -277,16 +311,26 @@ std::vector<torch::Tensor> grouped_allreduce_raw(const std::vector<torch::Tensor
 }  // namespace
 
 TorchAlltoallResult alltoall(const torch::Tensor& tensor, const AlltoallOptions& options) {
-  Staged in = stage(tensor, options.name);
-  Handle h = alltoall_async(in.view, options);
+  Staged in = stage(tensor, options.name, true);
+  AlltoallOptions o = options;
+  auto result = std::make_shared<DeviceResult>();
+  if (in.ready) o.output = allocate_on(tensor.device(), result);  // the device path
+  Handle h = alltoall_async(in.view, o);
+  h.keep_alive(hold(in.host, in.ready, result));
   h.wait();
+  if (result->tensor.defined()) return {device_result(h, result->tensor), h.received_splits()};
   return {from_kolo(std::move(h.mutable_output()), tensor.device()), h.received_splits()};
 }
 
 torch::Tensor reducescatter(const torch::Tensor& tensor, const ReducescatterOptions& options) {
-  Staged in = stage(tensor, options.name);
-  Handle h = reducescatter_async(in.view, options);
+  Staged in = stage(tensor, options.name, true);
+  ReducescatterOptions o = options;
+  auto result = std::make_shared<DeviceResult>();
+  if (in.ready) o.output = allocate_on(tensor.device(), result);  // the device path
+  Handle h = reducescatter_async(in.view, o);
+  h.keep_alive(hold(in.host, in.ready, result));
   h.wait();
+  if (result->tensor.defined()) return device_result(h, result->tensor);
   return from_kolo(std::move(h.mutable_output()), tensor.device());
 }
 
