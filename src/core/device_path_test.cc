@@ -341,6 +341,23 @@ TEST(DevicePath, ADeadPeerOnTheDeviceEndsTheRuntimeNamingIt) {
       },
       nullptr, &fabric, /*device_timeout=*/1.0, nullptr, /*peer_timeout=*/4.0);
   EXPECT_EQ(failed, 3);
+
+  // The next generation (what an elastic reset does: new runtimes among the survivors,
+  // the same device factory) makes new devices and a new device communicator, and
+  // reduces right.
+  const std::size_t worlds_before = fabric.worlds().size();
+  int made = 0;
+  run_device_ranks(
+      2,
+      [&](int rank, Runtime& rt) {
+        std::vector<float> y(5, static_cast<float>(rank + 1));
+        TensorView v = on_device(view_of(y, DataType::kFloat32));
+        expect_done(ops::allreduce(rt, {v}, {v}, {.name = "again", .op = ReduceOp::kSum}, false));
+        for (float e : y) EXPECT_EQ(e, 3.0f);
+      },
+      &made, &fabric);
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ(fabric.worlds().size(), worlds_before + 1);  // one new communicator
 }
 
 // Streams: the device path's stream waits for the caller's ready event before it reads

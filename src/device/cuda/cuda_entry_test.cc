@@ -1,7 +1,7 @@
 // The CUDA entry of default_device.h (the device kolo::init() gives the runtime with
 // KOLO_DEVICE_PATH): it says it is CUDA, and makes a device on a GPU or says why not.
-#include <gtest/gtest.h>
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include "device/default_device.h"
 
