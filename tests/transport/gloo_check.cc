@@ -16,17 +16,24 @@
 // joined rank does); and inexact float inputs, whose results must be the same bits on
 // every rank (the ring folds each element once, in one order, and copies the result).
 //
-//   kolorun -np 3 kolo_gloo_check [--bench]
+// With --cut-test rank 0's calls are interrupted mid-transfer (run_cut_test).
+//
+//   kolorun -np 3 kolo_gloo_check [--bench | --cut-test]
+//   kolorun -np 2 kolo_gloo_check --cut-test --stop
 //   kolorun -np 3 kolo_gloo_check --kill-test [--kill-rank R] [--kill-op and|gather|allreduce]
 //                                 [--sigkill]
 //
 // Not for: the runtime's semantics (tests/multiprocess).
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check_harness.h"
@@ -302,8 +309,105 @@ int run_ring_checks(Communicator* comm) {
   return chk.failures() == 0 && s.ok() ? 0 : 1;
 }
 
+// --cut-test: rank 0's communicator is interrupted (set_interrupt) in the middle of a
+// stream of 64 MiB ring allreduces, at a different moment in each of kAttempts fresh
+// subset communicators; its watchdog shuts its sockets down. The peers see them close
+// before rank 0 records why: they must find its record (failed_members) within the 1.5 s
+// limit, not after fail()'s 2.3 s search for gone processes.
+// --cut-test --stop (2 ranks): the calls are reducescatters whose block 1 is almost 64 MiB
+// and block 0 4 KiB (one message per ring step: rank 0 receives 4 KiB and sends the rest),
+// and rank 1 SIGSTOPs itself 100 ms before the interrupt, so that rank 0 almost always
+// waits for the send of a message partly written: a wait gloo does not end when its pair
+// fails (tcp::Pair::signalException ends only pending messages' waits, not the one in its
+// write queue). The watchdog must abort it (wait_data). Rank 0 must fail within the
+// limit; then it SIGCONTs rank 1, which must fail too (no time limit: it was stopped).
+int run_cut_test(Communicator* world, bool stop) {
+  constexpr int kAttempts = 12;
+  constexpr double kLimit = 1.5;
+  const int me = world->rank();
+  std::vector<int> all(static_cast<std::size_t>(world->size()));
+  for (int r = 0; r < world->size(); ++r) all[r] = r;
+  std::vector<std::string> pids;
+  if (stop) {
+    const Status s =
+        world->control_gather(std::to_string(getpid()), &pids, collective_check::soon());
+    if (!s.ok() || world->size() != 2) {
+      std::printf("FAIL [rank %d] cut-test --stop: needs 2 ranks (%s)\n", me,
+                  s.to_string().c_str());
+      return 1;
+    }
+  }
+  std::vector<float> data(std::size_t{16} << 20, 1.0f);
+  std::vector<float> out(data.size());
+  const std::vector<std::size_t> counts = {1024, data.size() - 1024};
+  int failures = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::unique_ptr<Communicator> comm;
+    Status s = world->subset(all, &comm);
+    if (!s.ok()) {
+      std::printf("FAIL [rank %d] cut-test: subset: %s\n", me, s.to_string().c_str());
+      return 1;
+    }
+    // The moment moves through the calls: 160 ms plus 37 ms per attempt.
+    const auto start = Clock::now();
+    const auto fire = start + std::chrono::milliseconds(160 + 37 * attempt);
+    if (me == 0) {
+      (void)comm->set_interrupt([fire](std::string* why) {
+        if (Clock::now() < fire) return false;
+        *why = "the test's interrupt";
+        return true;
+      });
+    }
+    std::thread stopper;
+    if (stop && me == 1) {
+      stopper = std::thread([fire] {
+        std::this_thread::sleep_until(fire - std::chrono::milliseconds(100));
+        raise(SIGSTOP);
+      });
+    }
+    int calls = 0;
+    while (s.ok() && Clock::now() - start < std::chrono::seconds(30)) {
+      const Deadline deadline = Clock::now() + std::chrono::seconds(20);
+      if (stop) {  // rank 0 sends rank 1 almost 64 MiB in one message: a stop lands inside
+        s = comm->reducescatter(data.data(), out.data(), counts, DataType::kFloat32, ReduceOp::kSum,
+                                deadline);
+      } else {
+        s = comm->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum, deadline);
+      }
+      ++calls;
+    }
+    const double late = duration<double>(Clock::now() - fire).count();
+    if (stopper.joinable()) stopper.join();
+    if (stop && me == 0) kill(static_cast<pid_t>(std::atol(pids[1].c_str())), SIGCONT);
+    std::string problem;
+    if (s.code() != ErrorCode::kPeerFailure) {
+      problem = "expected a peer failure";
+    } else if (me == 0 && s.message().find("the test's interrupt") == std::string::npos) {
+      problem = "the message does not quote the interrupt";
+    } else if (me != 0 && s.message().find("rank 0") == std::string::npos) {
+      problem = "the message does not name rank 0";
+    } else if (late > kLimit && !(stop && me == 1)) {
+      problem = "failed " + std::to_string(late) + " s after the interrupt (limit " +
+                std::to_string(kLimit) + " s)";
+    }
+    if (!problem.empty()) ++failures;
+    std::printf(
+        "%s [rank %d] cut-test attempt %d: failed %.3f s after the interrupt, after %d "
+        "calls: %s%s%s\n",
+        problem.empty() ? "PASS" : "FAIL", me, attempt, late, calls, s.to_string().c_str(),
+        problem.empty() ? "" : " -- ", problem.c_str());
+    std::fflush(stdout);
+    if (!world->barrier(collective_check::soon()).ok()) {
+      std::printf("FAIL [rank %d] cut-test: the world's barrier after attempt %d failed\n", me,
+                  attempt);
+      return 1;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 int run(int argc, char** argv) {
-  bool kill_test = false, bench = false;
+  bool kill_test = false, bench = false, cut_test = false, stop = false;
   int victim = -1;
   std::string kill_op = "and";
   collective_check::KillExpect expect;  // gloo sees a peer's sockets close: fast, named
@@ -321,9 +425,13 @@ int run(int argc, char** argv) {
       expect.victim_sigkill = true;
     } else if (arg == "--bench") {
       bench = true;
+    } else if (arg == "--cut-test") {
+      cut_test = true;
+    } else if (arg == "--stop") {
+      stop = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--bench | --kill-test [--kill-rank R] "
+                   "usage: %s [--bench | --cut-test [--stop] | --kill-test [--kill-rank R] "
                    "[--kill-op and|gather|allreduce] [--sigkill]]\n",
                    argv[0]);
       return 2;
@@ -349,6 +457,7 @@ int run(int argc, char** argv) {
     run_bench(comm.get());
     return 0;
   }
+  if (cut_test) return run_cut_test(comm.get(), stop);
   if (kill_test) {
     return collective_check::run_kill_test(comm.get(), victim < 0 ? t.size - 1 : victim, kill_op,
                                            expect);

@@ -5,8 +5,10 @@
 // Every rank publishes "info/<rank>" under the communicator's prefix after connecting:
 // its host name, pid, gloo's listening address and the sockets gloo opened, so that every
 // rank can map gloo's "ip:port" texts to ranks and tell whether a same-host peer's
-// process is gone. A rank whose call fails writes "fail/<rank>" (why) before shutting its
-// sockets down, so the peers that see its sockets close quote the first cause.
+// process is gone. A rank whose call fails writes "fail/<rank>" (why) and counts itself in
+// "failed" before shutting its sockets down, so the peers that see its sockets close quote
+// the first cause, and peers whose wait its closing sockets do not end (a message partly
+// transferred) hear of it from their watchdog (failed_members).
 //
 // Not for: the collectives (gloo_ops.cc), the control plane (gloo_control.cc), the
 // watchdog and the notices (gloo_watch.cc).
@@ -411,10 +413,13 @@ Status GlooCommunicator::fail(const char* op, Clock::time_point start, Deadline 
       }
     }
     if (why.empty()) {
-      // A peer's process may still be exiting: look again for a moment.
+      // A peer's process may still be exiting, or a peer announcing its failure: look
+      // again for a moment.
       const auto until = Clock::now() + std::chrono::milliseconds(300);
       while (why.empty() && Clock::now() < until) {
-        why = gone_peers(false);
+        why = announced_failure();
+        if (why.empty()) why = failed_members();
+        if (why.empty()) why = gone_peers(false);
         if (why.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (why.empty()) why = gone_peers(/*wait=*/true);
@@ -438,6 +443,8 @@ Status GlooCommunicator::fail(const char* op, Clock::time_point start, Deadline 
   if (!gloo_error.empty()) message += " [gloo: " + gloo_error + "]";
   // Tell the peers first (they read it when our sockets close), then close them.
   (void)store_->set("fail/" + std::to_string(rank()), message);
+  std::int64_t failed = 0;
+  (void)store_->add("failed", 1, &failed);
   shutdown_sockets();
   if (!broken_) {
     broken_ = true;

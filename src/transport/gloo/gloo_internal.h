@@ -147,9 +147,13 @@ class GlooCommunicator final : public Communicator {
   // none): what gone_peers reports from the store, without waiting and without the peers'
   // pids (known only once connected). Watches connect()'s rendezvous.
   std::string launcher_exits();
+  // The first failure another member of this communicator recorded (fail()), as
+  // "rank 1 failed first: <its reason>", or "" when none did: one store read while none did.
+  std::string failed_members();
   // Another rank's failure notice ("rank 1 reported: ..."), or "" when none was announced.
   std::string announced_failure();
-  // shutdown(SHUT_RDWR) on every socket of this communicator's context.
+  // shutdown(SHUT_RDWR) on every socket of this communicator's context, and aborts the
+  // data wait under way (wait_data), if any; later data waits return false at once.
   void shutdown_sockets();
   // The wait observer's tick (about once a second while rank 0 waits in the control
   // plane): aborts the any-source wait, which the waiting thread takes as "look again,
@@ -191,6 +195,13 @@ class GlooCommunicator final : public Communicator {
   // inside guarded(): throws what gloo throws.
   Status ring_allreduce(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                         Deadline deadline);
+  // Waits for `buffer`'s receive (or, with `send`, its send) within the deadline; false
+  // when aborted. The watchdog aborts it when it finds a cause (shutdown_sockets): gloo
+  // fails the waits of a pair's pending messages when the pair fails, but not the wait of
+  // a message that is partly transferred (tcp::Pair::signalException skips the in-flight
+  // read and write), which would last until the deadline (a peer killed mid-segment kept
+  // a hierarchical job's host leader waiting 3 s for its deadline, CI, 2026-12-07).
+  bool wait_data(::gloo::transport::UnboundBuffer* buffer, bool send, Deadline deadline);
   // gloo's timeout for a call bounded by `deadline`: the time left, at least 1 ms.
   std::chrono::milliseconds timeout(Deadline deadline) const;
   std::uint32_t next_tag() { return ++tag_; }
@@ -222,6 +233,11 @@ class GlooCommunicator final : public Communicator {
   // aborts it instead. Guarded by waiting_mu_.
   std::mutex waiting_mu_;
   ::gloo::transport::UnboundBuffer* waiting_ = nullptr;
+  // The data wait under way (wait_data) and whether it is a send's; sockets_down_ once
+  // shutdown_sockets ran (the communicator is failing). Guarded by waiting_mu_.
+  ::gloo::transport::UnboundBuffer* data_wait_ = nullptr;
+  bool data_wait_send_ = false;
+  bool sockets_down_ = false;
   // A tick's steps (guarded by waiting_mu_): kTicked, the watchdog aborted the wait;
   // kLooking (since looking_since_), the waiting thread waits again; kConfirmed, the
   // watchdog aborted that wait too. Each control call starts at kNone (reset_tick).

@@ -305,9 +305,9 @@ Status GlooCommunicator::ring_reducescatter(const void* send, void* recv,
     bool done = true;
     if (bytes_of(in_block) > 0) {
       got->recv(left, slot + s, 0, bytes_of(in_block));
-      done = got->waitRecv(timeout(deadline));
+      done = wait_data(got, false, deadline);
     }
-    if (done && out != nullptr) done = out->waitSend(timeout(deadline));
+    if (done && out != nullptr) done = wait_data(out, true, deadline);
     if (!done) return PeerFailure("step " + std::to_string(s) + " of the ring was aborted");
     if (bytes_of(in_block) == 0) continue;
     const char* own = input + offset[in_block];

@@ -187,7 +187,7 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
   if (me == 1) token_buf->send(left, token_slot, 0, 1);
   if (me == 0) {
     token_buf->recv(right, token_slot, 0, 1);
-    if (!token_buf->waitRecv(timeout(deadline))) return aborted(0);
+    if (!wait_data(token_buf.get(), false, deadline)) return aborted(0);
   }
   // Step 0's sends (after the receives: a receive posted first saves gloo's handshake
   // a round trip, and under load every hop waits for a thread to be scheduled): this rank's input
@@ -215,7 +215,7 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
     post_until(r + kSlots - 1);  // the slot of r - 1 is free again
     const int slot = static_cast<int>(r % kSlots);
     Buffer* got = slot_buf[slot].get();
-    if (!got->waitRecv(timeout(deadline))) return aborted(g);
+    if (!wait_data(got, false, deadline)) return aborted(g);
     Segment& s = segs[i];
     char* partial = static_cast<char*>(got->ptr);
     if (g < n - 2) {
@@ -254,7 +254,7 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
   for (int g = n - 1; g < steps; ++g) {
     for (int i : of_block[recv_block(g)]) {
       Segment& s = segs[i];
-      if (!s.out_buf->waitRecv(timeout(deadline))) return aborted(g);
+      if (!wait_data(s.out_buf.get(), false, deadline)) return aborted(g);
       if (s.stage) {
         const char* from = s.stage;
         for (const Part& p : s.parts) {
@@ -268,13 +268,13 @@ Status GlooCommunicator::ring_allreduce(const std::vector<AllreducePiece>& piece
       }
     }
   }
-  if (me == 1 && !token_buf->waitSend(timeout(deadline))) return aborted(steps);
+  if (me == 1 && !wait_data(token_buf.get(), true, deadline)) return aborted(steps);
   for (auto& s : segs) {
     for (; s.sends > 0; --s.sends) {
-      if (!s.out_buf->waitSend(timeout(deadline))) return aborted(steps);
+      if (!wait_data(s.out_buf.get(), true, deadline)) return aborted(steps);
     }
     for (; s.in_sends > 0; --s.in_sends) {
-      if (!s.in_buf->waitSend(timeout(deadline))) return aborted(steps);
+      if (!wait_data(s.in_buf.get(), true, deadline)) return aborted(steps);
     }
   }
   return Status::OK();

@@ -5,6 +5,9 @@
 //     ends the blocked call at once (gloo sees EOF on its pairs) and tells the peers;
 //   - gone_peers(): same-host peers whose process exited (kill(pid, 0), zombies
 //     included), and the launcher's exit notices (launcher/exits, launcher/exit/<rank>);
+//     failed_members(): a member's recorded failure ("failed", "fail/<rank>");
+//   - a cause aborts the data wait under way (wait_data): gloo ends the waits of a failed
+//     pair's pending messages, not that of a message partly transferred;
 //   - failure notices over the store (create_failure_notices): announce() is one
 //     compare_set of the world's "notice" key (the first announcement stays), then this
 //     rank shuts every socket of its world down; received() is a try_get at most every
@@ -81,6 +84,7 @@ void Watchdog::run() {
     } else if (now >= next_slow) {
       next_slow = now + milliseconds(200);
       why = comm->gone_peers(/*wait=*/false);
+      if (why.empty()) why = comm->failed_members();
     }
     if (!why.empty()) {
       comm->shutdown_sockets();
@@ -139,6 +143,21 @@ std::string GlooCommunicator::member_notices(std::vector<bool>* noticed) {
   return notices;
 }
 
+std::string GlooCommunicator::failed_members() {
+  std::string v;
+  bool found = false;
+  if (!store_->try_get("failed", &v, &found).ok() || !found) return "";
+  for (int m = 0; m < size(); ++m) {
+    if (m == rank()) continue;
+    std::string reason;
+    bool there = false;
+    if (store_->try_get("fail/" + std::to_string(m), &reason, &there).ok() && there) {
+      return member_name(m) + " failed first: " + reason;
+    }
+  }
+  return "";
+}
+
 std::string GlooCommunicator::launcher_exits() {
   const std::string notices = member_notices(nullptr);
   return notices.empty() ? "" : "the launcher reports: " + notices;
@@ -190,7 +209,15 @@ std::string GlooCommunicator::gone_peers(bool wait) {
 void GlooCommunicator::shutdown_sockets() {
   {
     std::lock_guard<std::mutex> lock(waiting_mu_);
+    sockets_down_ = true;
     if (waiting_ != nullptr) waiting_->abortWaitRecv();
+    if (data_wait_ != nullptr) {
+      if (data_wait_send_) {
+        data_wait_->abortWaitSend();
+      } else {
+        data_wait_->abortWaitRecv();
+      }
+    }
   }
   for (const PairSocket& s : sockets_) {
     // gloo may have closed the socket and the kernel given its number to another: check.
@@ -202,6 +229,24 @@ void GlooCommunicator::shutdown_sockets() {
     if (std::string(target) != "socket:[" + std::to_string(s.inode) + "]") continue;
     ::shutdown(s.fd, SHUT_RDWR);
   }
+}
+
+bool GlooCommunicator::wait_data(::gloo::transport::UnboundBuffer* buffer, bool send,
+                                 Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    if (sockets_down_) return false;
+    data_wait_ = buffer;
+    data_wait_send_ = send;
+  }
+  struct Clear {
+    GlooCommunicator* c;
+    ~Clear() {
+      std::lock_guard<std::mutex> lock(c->waiting_mu_);
+      c->data_wait_ = nullptr;
+    }
+  } clear{this};
+  return send ? buffer->waitSend(timeout(deadline)) : buffer->waitRecv(timeout(deadline));
 }
 
 namespace {
