@@ -6,6 +6,7 @@
 
 #include "common/reduce.h"
 #include "common/shape.h"
+#include "core/executor.h"
 #include "core/fusion.h"
 #include "core/negotiation.h"
 
@@ -232,35 +233,20 @@ Status DevicePath::resized(const Response& r, Entry& entry, transport::Deadline 
   const std::size_t elem = dtype_size(r.dtype);
   const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
   // The result's shape and bytes, and the fusion buffer's part in the op.
-  Shape out_shape = r.op == OpType::kAlltoall ? entry.inputs[0].shape : r.shapes[0];
-  std::vector<std::size_t> send(size), recv(size);
+  ExchangeLayout l;
   std::size_t scratch = 0;  // reducescatter: size padded blocks and one result block
   std::size_t block = 0;    // reducescatter: the largest rank's elements
-  if (r.op == OpType::kAllgather) {
-    out_shape[0] = 0;
-    for (int j = 0; j < size; ++j) {
-      recv[j] = static_cast<std::size_t>(r.first_dims[j]) * rb;
-      out_shape[0] += r.first_dims[j];
-    }
-  } else if (r.op == OpType::kAlltoall) {
-    auto& received = entry.handle->received_splits;
-    received.assign(size, 0);
-    out_shape[0] = 0;
-    for (int j = 0; j < size; ++j) {
-      const std::int64_t to_j = r.splits[std::size_t(me) * size + j];
-      const std::int64_t from_j = r.splits[std::size_t(j) * size + me];
-      send[j] = static_cast<std::size_t>(to_j) * rb;
-      recv[j] = static_cast<std::size_t>(from_j) * rb;
-      received[j] = from_j;
-      out_shape[0] += from_j;
-    }
+  if (r.op != OpType::kReducescatter) {
+    l = exchange_layout(r, entry, size, me);
   } else {
     // NCCL's reducescatter takes equal blocks: rank j's rows are packed (with prescale)
     // into block j of the fusion buffer, padded to the largest block.
     block = static_cast<std::size_t>(reducescatter_rows(r.shapes[0][0], size, 0)) * rb / elem;
     scratch = (static_cast<std::size_t>(size) + 1) * block * elem;
-    out_shape[0] = reducescatter_rows(r.shapes[0][0], size, me);
+    l.out_shape = r.shapes[0];
+    l.out_shape[0] = reducescatter_rows(r.shapes[0][0], size, me);
   }
+  const Shape& out_shape = l.out_shape;
   const std::size_t out_bytes = static_cast<std::size_t>(shape_numel(out_shape)) * elem;
   void* out = nullptr;
   *mine = output_of(entry, r, out_shape, out_bytes, &out);
@@ -270,8 +256,8 @@ Status DevicePath::resized(const Response& r, Entry& entry, transport::Deadline 
   if (!mine->ok()) out = buffer_;
   KOLO_RETURN_IF_ERROR(wait_ready(entry));
   const void* in = entry.inputs[0].data;
-  if (r.op == OpType::kAllgather) return comm_->allgatherv(in, out, recv, *stream_);
-  if (r.op == OpType::kAlltoall) return comm_->alltoallv(in, send, out, recv, *stream_);
+  if (r.op == OpType::kAllgather) return comm_->allgatherv(in, out, l.recv, *stream_);
+  if (r.op == OpType::kAlltoall) return comm_->alltoallv(in, l.send, out, l.recv, *stream_);
   auto* base = static_cast<std::byte*>(buffer_);
   std::size_t offset = 0;  // elements of the input
   for (int j = 0; j < size; ++j) {

@@ -55,17 +55,10 @@ Status run_allreduce(transport::Communicator& comm, const Response& r, Entry* en
 
 Status run_allgather(transport::Communicator& comm, const Response& r, Entry& entry,
                      Deadline deadline) {
-  const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
-  std::vector<std::size_t> bytes(comm.size());
-  Shape out_shape = r.shapes[0];
-  out_shape[0] = 0;
-  for (int j = 0; j < comm.size(); ++j) {
-    bytes[j] = static_cast<std::size_t>(r.first_dims[j]) * rb;
-    out_shape[0] += r.first_dims[j];
-  }
+  const ExchangeLayout l = exchange_layout(r, entry, comm.size(), comm.rank());
   auto& out = entry.handle->output;
-  out = Tensor(r.dtype, out_shape);
-  return comm.allgatherv(entry.inputs[0].data, out.data(), bytes, deadline);
+  out = Tensor(r.dtype, l.out_shape);
+  return comm.allgatherv(entry.inputs[0].data, out.data(), l.recv, deadline);
 }
 
 // MPI moves alltoall data with int byte counts and displacements. The response holds
@@ -100,26 +93,11 @@ Status check_alltoall_layouts(const Response& r, int size, std::size_t rb) {
 
 Status run_alltoall(transport::Communicator& comm, const Response& r, Entry& entry,
                     Deadline deadline) {
-  const int size = comm.size();
-  const int me = comm.rank();
-  const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
-  KOLO_RETURN_IF_ERROR(check_alltoall_layouts(r, size, rb));
-  std::vector<std::size_t> send(size), recv(size);
-  auto& received = entry.handle->received_splits;
-  received.assign(size, 0);
-  Shape out_shape = entry.inputs[0].shape;
-  out_shape[0] = 0;
-  for (int j = 0; j < size; ++j) {
-    const std::int64_t to_j = r.splits[std::size_t(me) * size + j];
-    const std::int64_t from_j = r.splits[std::size_t(j) * size + me];
-    send[j] = static_cast<std::size_t>(to_j) * rb;
-    recv[j] = static_cast<std::size_t>(from_j) * rb;
-    received[j] = from_j;
-    out_shape[0] += from_j;
-  }
+  KOLO_RETURN_IF_ERROR(check_alltoall_layouts(r, comm.size(), row_bytes(r.shapes[0], r.dtype)));
+  const ExchangeLayout l = exchange_layout(r, entry, comm.size(), comm.rank());
   auto& out = entry.handle->output;
-  out = Tensor(r.dtype, out_shape);
-  return comm.alltoallv(entry.inputs[0].data, send, out.data(), recv, deadline);
+  out = Tensor(r.dtype, l.out_shape);
+  return comm.alltoallv(entry.inputs[0].data, l.send, out.data(), l.recv, deadline);
 }
 
 Status run_reducescatter(transport::Communicator& comm, const Response& r, Entry& entry,
@@ -167,6 +145,33 @@ Status dispatch(transport::Communicator& comm, const Response& r, Entry* entry, 
                 ExecTimes* times);
 
 }  // namespace
+
+ExchangeLayout exchange_layout(const Response& r, Entry& entry, int size, int me) {
+  const std::size_t rb = row_bytes(r.shapes[0], r.dtype);
+  ExchangeLayout l;
+  l.send.assign(size, 0);
+  l.recv.assign(size, 0);
+  l.out_shape = r.op == OpType::kAlltoall ? entry.inputs[0].shape : r.shapes[0];
+  l.out_shape[0] = 0;
+  if (r.op == OpType::kAllgather) {
+    for (int j = 0; j < size; ++j) {
+      l.recv[j] = static_cast<std::size_t>(r.first_dims[j]) * rb;
+      l.out_shape[0] += r.first_dims[j];
+    }
+    return l;
+  }
+  auto& received = entry.handle->received_splits;
+  received.assign(size, 0);
+  for (int j = 0; j < size; ++j) {
+    const std::int64_t to_j = r.splits[std::size_t(me) * size + j];
+    const std::int64_t from_j = r.splits[std::size_t(j) * size + me];
+    l.send[j] = static_cast<std::size_t>(to_j) * rb;
+    l.recv[j] = static_cast<std::size_t>(from_j) * rb;
+    received[j] = from_j;
+    l.out_shape[0] += from_j;
+  }
+  return l;
+}
 
 void* FusionBuffer::get(transport::Communicator& comm, std::size_t bytes) {
   if (void* shared = comm.fusion_buffer(bytes)) return shared;

@@ -30,6 +30,16 @@ struct ExecTimes {
 Status execute_response(transport::Communicator& comm, const Response& response, Entry* entry,
                         transport::Deadline deadline, ExecTimes* times = nullptr);
 
+// What an allgather or alltoall (r.op) moves on this rank of `size`: the bytes it sends to
+// (alltoall) and receives from each rank, and the result's shape. An alltoall also sets
+// entry.handle->received_splits. The host executor and the device path (device_path.h)
+// share it, so both give one result.
+struct ExchangeLayout {
+  std::vector<std::size_t> send, recv;
+  Shape out_shape;
+};
+ExchangeLayout exchange_layout(const Response& r, Entry& entry, int size, int me);
+
 // The packing buffer of fused allreduces: the communicator's zero-copy buffer when it
 // has one that large (shm), else a private buffer that grows to the largest fused size
 // used so far (never beyond KOLO_FUSION_THRESHOLD). Owned by the background thread.

@@ -140,9 +140,33 @@ torch::Tensor from_kolo(Tensor&& t, const torch::Device& device) {
   return device.is_cpu() ? out : out.to(device);
 }
 
+// The result of a completed submit_for_result() for the caller, on `device`.
+torch::Tensor result_of(Handle& h, const DeviceResult& result, const torch::Device& device) {
+  if (result.tensor.defined()) return device_result(h, result.tensor);
+  return from_kolo(std::move(h.mutable_output()), device);
+}
+
 template <typename... T>
 std::shared_ptr<void> hold(T... tensors) {
   return std::make_shared<std::tuple<T...>>(std::move(tensors)...);
+}
+
+// An op whose result is new memory (allgather, alltoall, reducescatter), submitted by
+// `submit(view, options)`: on the device path (the input has a ready event) the result goes
+// into a tensor allocated on the input's GPU, else kolo makes it on the host (result_of).
+struct Submitted {
+  Handle handle;
+  std::shared_ptr<DeviceResult> result;
+};
+
+template <typename Options, typename Submit>
+Submitted submit_for_result(const torch::Tensor& tensor, Options o, Submit submit) {
+  Staged in = stage(tensor, o.name, true);
+  auto result = std::make_shared<DeviceResult>();
+  if (in.ready) o.output = allocate_on(tensor.device(), result);
+  Handle h = submit(in.view, o);
+  h.keep_alive(hold(in.host, in.ready, result));
+  return {h, result};
 }
 
 }  // namespace
@@ -246,15 +270,11 @@ TorchHandle allreduce_async_(torch::Tensor& tensor, const AllreduceOptions& opti
 }
 
 TorchHandle allgather_async(const torch::Tensor& tensor, const AllgatherOptions& options) {
-  Staged in = stage(tensor, options.name, true);
-  AllgatherOptions o = options;
-  auto result = std::make_shared<DeviceResult>();
-  if (in.ready) o.output = allocate_on(tensor.device(), result);  // the device path
-  Handle h = allgather_async(in.view, o);
-  h.keep_alive(hold(in.host, in.ready, result));
-  return TorchHandle(h, [h, result, device = tensor.device()]() mutable {
-    if (result->tensor.defined()) return device_result(h, result->tensor);
-    return from_kolo(std::move(h.mutable_output()), device);
+  auto [h, result] = submit_for_result(
+      tensor, options,
+      [](const TensorView& v, const AllgatherOptions& o) { return allgather_async(v, o); });
+  return TorchHandle(h, [h = h, result = result, device = tensor.device()]() mutable {
+    return result_of(h, *result, device);
   });
 }
 
@@ -311,27 +331,20 @@ std::vector<torch::Tensor> grouped_allreduce_raw(const std::vector<torch::Tensor
 }  // namespace
 
 TorchAlltoallResult alltoall(const torch::Tensor& tensor, const AlltoallOptions& options) {
-  Staged in = stage(tensor, options.name, true);
-  AlltoallOptions o = options;
-  auto result = std::make_shared<DeviceResult>();
-  if (in.ready) o.output = allocate_on(tensor.device(), result);  // the device path
-  Handle h = alltoall_async(in.view, o);
-  h.keep_alive(hold(in.host, in.ready, result));
+  auto [h, result] = submit_for_result(
+      tensor, options,
+      [](const TensorView& v, const AlltoallOptions& o) { return alltoall_async(v, o); });
   h.wait();
-  if (result->tensor.defined()) return {device_result(h, result->tensor), h.received_splits()};
-  return {from_kolo(std::move(h.mutable_output()), tensor.device()), h.received_splits()};
+  torch::Tensor out = result_of(h, *result, tensor.device());
+  return {out, h.received_splits()};
 }
 
 torch::Tensor reducescatter(const torch::Tensor& tensor, const ReducescatterOptions& options) {
-  Staged in = stage(tensor, options.name, true);
-  ReducescatterOptions o = options;
-  auto result = std::make_shared<DeviceResult>();
-  if (in.ready) o.output = allocate_on(tensor.device(), result);  // the device path
-  Handle h = reducescatter_async(in.view, o);
-  h.keep_alive(hold(in.host, in.ready, result));
+  auto [h, result] = submit_for_result(
+      tensor, options,
+      [](const TensorView& v, const ReducescatterOptions& o) { return reducescatter_async(v, o); });
   h.wait();
-  if (result->tensor.defined()) return device_result(h, result->tensor);
-  return from_kolo(std::move(h.mutable_output()), tensor.device());
+  return result_of(h, *result, tensor.device());
 }
 
 // --- differentiable operations ----------------------------------------------------------
