@@ -84,7 +84,11 @@ tsan_not_built="kolo_common_tests kolo_startup_unit_tests kolo_core_unit_tests k
 # program missing from both lists fails the TSan run until it is put in one of them.
 tsan_skip="$skip_both|^fuzz\\.|^($(echo $tsan_not_built | tr ' ' '|'))(_NOT_BUILT)?\$"
 export BUILD_TARGETS=$asan_targets
-BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=address "${lean[@]}"
+# UBSan without its alignment and null checks: with them GCC 12 takes about twice as long
+# per file (controller.cc 9.5 s of CPU against 4.9 s, launcher/job.cc 8.0 against 5.3);
+# ASan still stops a null dereference, and the other UBSan checks stay.
+BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo scripts/build.sh -DKOLO_SANITIZE=address \
+  -DKOLO_UBSAN_SKIP=alignment,null "${lean[@]}"
 (
   cd build-asan
   ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$(nproc)" -L unit -E "$skip_both" \
