@@ -32,8 +32,9 @@ struct Flags {
   int epochs = 10;
   std::int64_t batch_size = 64;  // per worker
   std::string data = "/usr/share/datasets/fashion-mnist";
-  int threads = 1;         // one thread per worker: workers already use the cores
-  std::string checkpoint;  // "" = no checkpoints
+  std::string device = "auto";  // kolo::device(choice): auto, cpu, cuda, cuda:N
+  int threads = 1;              // one thread per worker: workers already use the cores
+  std::string checkpoint;       // "" = no checkpoints
   bool resume = false;
   std::string summary_json;
   std::uint64_t seed = 42;
@@ -200,9 +201,9 @@ int train(const Flags& flags) {
   torch::manual_seed(flags.seed);  // same initial weights everywhere (broadcast below anyway)
   torch::set_num_threads(flags.threads);
 
-  // cuda:<local_rank> where CUDA devices exist (several workers may share one: kolo stages
-  // their tensors through host memory), else the CPU.
-  const torch::Device device = kolo::device();
+  // --device auto: cuda:<local_rank> where CUDA devices exist (several workers may share
+  // one: kolo stages their tensors through host memory), else the CPU.
+  const torch::Device device = kolo::device(flags.device);
   if (rank == 0 && device.is_cuda()) std::printf("training on %s\n", device.str().c_str());
   // Every rank loads (and checks) the data itself, so a bad file fails every rank.
   Dataset train_set = load(
@@ -399,7 +400,7 @@ int train_elastic(const Flags& flags) {
   kolo::init();
   torch::manual_seed(flags.seed);
   torch::set_num_threads(flags.threads);
-  const torch::Device device = kolo::device();
+  const torch::Device device = kolo::device(flags.device);
   Dataset train_set = load(flags.data, "train", 1, "there is nothing to train on", device),
           test_set = load(flags.data, "t10k", 1,
                           "the test set is empty, so there is no accuracy to report", device);
@@ -518,6 +519,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
   app.add_option("--data", flags.data, "directory of the Fashion-MNIST *-ubyte.gz files")
+      ->capture_default_str();
+  app.add_option("--device", flags.device,
+                 "auto (a GPU per worker where CUDA devices exist, else the CPU), cpu, cuda "
+                 "(cuda:<local rank>) or cuda:N")
       ->capture_default_str();
   app.add_option("--threads", flags.threads, "torch threads per worker")
       ->capture_default_str()

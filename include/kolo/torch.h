@@ -41,6 +41,11 @@ torch::ScalarType to_torch_dtype(DataType dtype);
 
 // cuda:<local_rank> when CUDA devices exist (and makes it the current device), else cpu.
 torch::Device device();
+// The device a program's `--device` names: "auto" (device() above), "cpu", "cuda"
+// (cuda:<local_rank % the visible GPUs>) or "cuda:N"; a CUDA one becomes the current
+// device. Throws kolo::Error (kInvalidArgument) naming the choice, the rank and what this
+// process sees, for another text or for a GPU it cannot see (none visible, or N too large).
+torch::Device device(const std::string& choice);
 
 // Result of an asynchronous collective on torch tensors. wait() blocks, copies results
 // back (host staging, non-contiguous or in-place targets) and returns the output.

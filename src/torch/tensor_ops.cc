@@ -232,6 +232,41 @@ torch::Device device() {
   return d;
 }
 
+torch::Device device(const std::string& choice) {
+  if (choice == "auto") return device();
+  if (choice == "cpu") return torch::Device(torch::kCPU);
+  const std::string who = "device '" + choice + "' on rank " + std::to_string(rank());
+  const bool any = choice == "cuda";
+  if (!any && choice.rfind("cuda:", 0) != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                who + ": expected auto, cpu, cuda (cuda:<local rank>) or cuda:<index>");
+  }
+  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (count == 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                who +
+                    ": this process sees no CUDA device (a CPU-only libtorch, no GPU, or "
+                    "CUDA_VISIBLE_DEVICES empty); use cpu, or auto to take a GPU when one "
+                    "is there");
+  }
+  int index = local_rank() % count;
+  if (!any) {
+    const std::string digits = choice.substr(5);
+    const bool number = !digits.empty() && digits.size() <= 4 &&
+                        digits.find_first_not_of("0123456789") == std::string::npos;
+    index = number ? std::stoi(digits) : -1;
+    if (index < 0 || index >= count) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          who + ": this process sees " + std::to_string(count) + " CUDA device" +
+              (count == 1 ? " (cuda:0)" : "s (cuda:0 to cuda:" + std::to_string(count - 1) + ")"));
+    }
+  }
+  torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(d);
+  return d;
+}
+
 torch::Tensor TorchHandle::wait() {
   if (!state_) return {};
   if (!state_->finished) {

@@ -52,4 +52,22 @@ expect_refused "$empty" "$empty/t10k-images-idx3-ubyte.gz: 0 images: the test se
 big=$work/big
 TINY_SIDE=32 tiny_dataset "$big" 64 16
 expect_refused "$big" "$big/train-images-idx3-ubyte.gz: images of 32 x 32 pixels; the model takes 28 x 28"
+
+# --device: cpu trains; a name that is no device is refused naming it; cuda trains where this
+# process sees a GPU, else is refused saying so (kolo::device(choice)).
+"$example" --data "$ok" --epochs 1 --no-progress --device cpu >"$work/cpu.log" 2>&1 ||
+  { cat "$work/cpu.log"; fail "--device cpu does not train"; }
+grep -q "^epoch 1/1 .*test_accuracy" "$work/cpu.log" || { cat "$work/cpu.log"; fail "--device cpu: no epoch line"; }
+grep -q "^training on cuda" "$work/cpu.log" && fail "--device cpu trained on a GPU"
+if "$example" --data "$ok" --epochs 1 --no-progress --device gpu >"$work/gpu.log" 2>&1; then
+  fail "--device gpu was taken"
+fi
+grep -q "kolo error (invalid argument): device 'gpu' on rank 0: expected auto, cpu, cuda" "$work/gpu.log" ||
+  { cat "$work/gpu.log"; fail "--device gpu: not refused naming it"; }
+if "$example" --data "$ok" --epochs 1 --no-progress --device cuda >"$work/cuda.log" 2>&1; then
+  grep -q "^training on cuda:0" "$work/cuda.log" || { cat "$work/cuda.log"; fail "--device cuda: not on cuda:0"; }
+else
+  grep -q "device 'cuda' on rank 0: this process sees no CUDA device" "$work/cuda.log" ||
+    { cat "$work/cuda.log"; fail "--device cuda failed without saying that no GPU is visible"; }
+fi
 echo "PASS"

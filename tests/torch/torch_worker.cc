@@ -506,6 +506,32 @@ void check_cuda() {
   train_and_compare("cuda_adam", adam(), {}, 3, 1e-9, 1e-11, false, nullptr, device);
 }
 
+// kolo::device(choice), what the examples' --device takes: on a machine without CUDA the
+// CUDA choices fail naming the choice and the rank; with CUDA they give the GPU asked for.
+void check_device_choice() {
+  const std::string rank = "on rank " + std::to_string(kolo::rank());
+  expect(kolo::device("cpu") == torch::Device(torch::kCPU), "device(\"cpu\") is the CPU");
+  expect(kolo::device("auto") == kolo::device(), "device(\"auto\") is device()");
+  expect_error([] { kolo::device("gpu"); }, "device 'gpu' " + rank,
+               "expected auto, cpu, cuda (cuda:<local rank>) or cuda:<index>");
+  expect_error([] { kolo::device("cuda:x"); }, "device 'cuda:x' " + rank);
+  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (count == 0) {
+    expect_error([] { kolo::device("cuda"); }, "device 'cuda' " + rank,
+                 "this process sees no CUDA device", "use cpu");
+    expect_error([] { kolo::device("cuda:0"); }, "device 'cuda:0' " + rank,
+                 "this process sees no CUDA device");
+    return;
+  }
+  expect(kolo::device("cuda") == torch::Device(torch::kCUDA, kolo::local_rank() % count),
+         "device(\"cuda\") is cuda:<local_rank % devices>");
+  expect(kolo::device("cuda:0") == torch::Device(torch::kCUDA, 0), "device(\"cuda:0\")");
+  const std::string past = "cuda:" + std::to_string(count);
+  expect_error([&] { kolo::device(past); }, "device '" + past + "' " + rank,
+               "this process sees " + std::to_string(count) + " CUDA device");
+  kolo::device();  // back to this rank's own GPU for the checks after this one
+}
+
 void check_optimizer_corner_cases() {
   const int n = kolo::size(), rank = kolo::rank();
   const double triangle = n * (n + 1) / 2.0;  // sum over ranks of (rank + 1)
@@ -594,6 +620,7 @@ int main() {
   run("tensor_ops", check_tensor_ops);
   run("optimizer_corner_cases", check_optimizer_corner_cases);
   run("tensor_op_corner_cases", check_tensor_op_corner_cases);
+  run("device_choice", check_device_choice);
   if (kolo::size() > 1) run("process_sets", check_process_sets);
   if (torch::cuda::is_available()) {
     run("cuda", check_cuda);
