@@ -223,13 +223,21 @@ torch::ScalarType to_torch_dtype(DataType dtype) {
   return torch::kFloat;
 }
 
-torch::Device device() {
-  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
-  const int count = static_cast<int>(torch::cuda::device_count());
-  torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank() % count));
-  // Through c10's device-guard registry: no CUDA headers needed, works on CPU-only builds.
+namespace {
+
+// cuda:<index>, made the current device through c10's device-guard registry (no CUDA
+// headers needed: this builds on CPU-only libtorch).
+torch::Device current_cuda(int index) {
+  torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(d);
   return d;
+}
+
+}  // namespace
+
+torch::Device device() {
+  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
+  return current_cuda(local_rank() % static_cast<int>(torch::cuda::device_count()));
 }
 
 torch::Device device(const std::string& choice) {
@@ -262,9 +270,7 @@ torch::Device device(const std::string& choice) {
               (count == 1 ? " (cuda:0)" : "s (cuda:0 to cuda:" + std::to_string(count - 1) + ")"));
     }
   }
-  torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(d);
-  return d;
+  return current_cuda(index);
 }
 
 torch::Tensor TorchHandle::wait() {

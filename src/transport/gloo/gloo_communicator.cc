@@ -405,12 +405,8 @@ Status GlooCommunicator::fail(const char* op, Clock::time_point start, Deadline 
       }
     }
     for (int m : named) {
-      std::string first;
-      bool found = false;
-      if (store_->try_get("fail/" + std::to_string(m), &first, &found).ok() && found) {
-        why = member_name(m) + " failed first: " + first;
-        break;
-      }
+      why = recorded_failure(m);
+      if (!why.empty()) break;
     }
     if (why.empty()) {
       // A peer's process may still be exiting, or a peer announcing its failure: look

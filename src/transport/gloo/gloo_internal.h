@@ -150,6 +150,9 @@ class GlooCommunicator final : public Communicator {
   // The first failure another member of this communicator recorded (fail()), as
   // "rank 1 failed first: <its reason>", or "" when none did: one store read while none did.
   std::string failed_members();
+  // What `member` recorded when its call failed (fail/<member>), as "rank 1 failed first:
+  // <its reason>", or "" when it recorded nothing.
+  std::string recorded_failure(int member);
   // Another rank's failure notice ("rank 1 reported: ..."), or "" when none was announced.
   std::string announced_failure();
   // shutdown(SHUT_RDWR) on every socket of this communicator's context, and aborts the

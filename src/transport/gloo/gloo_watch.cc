@@ -149,13 +149,17 @@ std::string GlooCommunicator::failed_members() {
   if (!store_->try_get("failed", &v, &found).ok() || !found) return "";
   for (int m = 0; m < size(); ++m) {
     if (m == rank()) continue;
-    std::string reason;
-    bool there = false;
-    if (store_->try_get("fail/" + std::to_string(m), &reason, &there).ok() && there) {
-      return member_name(m) + " failed first: " + reason;
-    }
+    std::string why = recorded_failure(m);
+    if (!why.empty()) return why;
   }
   return "";
+}
+
+std::string GlooCommunicator::recorded_failure(int member) {
+  std::string reason;
+  bool found = false;
+  if (!store_->try_get("fail/" + std::to_string(member), &reason, &found).ok() || !found) return "";
+  return member_name(member) + " failed first: " + reason;
 }
 
 std::string GlooCommunicator::launcher_exits() {
