@@ -44,6 +44,14 @@ void expect_done(const Handle& h) {
   EXPECT_TRUE(s.ok()) << s.message();
 }
 
+// While set (SharedGpu), the stand-ins of run_device_ranks all play this one GPU, so
+// that the runtimes' device collectives take the CUDA-IPC path (device/ipc/).
+std::string shared_gpu;  // NOLINT: the tests' own setting, one test at a time
+struct SharedGpu {
+  SharedGpu() { shared_gpu = "one test gpu"; }
+  ~SharedGpu() { shared_gpu.clear(); }
+};
+
 // run_ranks with a stand-in device for each runtime (all of them joined by one in-process
 // fabric). `fabric_out`: the fabric, for fault injection; `device_timeout`: the stand-in's
 // bound.
@@ -60,8 +68,10 @@ void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
     rt.set_device_factory([&, r](int index, std::unique_ptr<device::Device>* out) {
       ++made;
       if (indices) (*indices)[static_cast<std::size_t>(r)] = index;
-      *out = device::host::make_host_device(
-          {.index = r, .timeout_seconds = device_timeout, .connect = fabric.connector()});
+      *out = device::host::make_host_device({.index = r,
+                                             .timeout_seconds = device_timeout,
+                                             .connect = fabric.connector(),
+                                             .shared_id = shared_gpu});
       return Status::OK();
     });
   });
@@ -70,7 +80,7 @@ void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
 
 // Sums, averages with pre- and postscale, and float16 compression of several tensors
 // submitted at once (one fused group on the device), against the same on the CPU path.
-TEST(DevicePath, FusedAllreducesGiveTheCpuPathsResults) {
+void fused_allreduces() {
   const int n = 3;
   int made = 0;
   run_device_ranks(
@@ -119,9 +129,10 @@ TEST(DevicePath, FusedAllreducesGiveTheCpuPathsResults) {
       &made);
   EXPECT_EQ(made, n);  // one device per rank, made once
 }
+TEST(DevicePath, FusedAllreducesGiveTheCpuPathsResults) { fused_allreduces(); }
 
 // Out of place, every dtype the wire takes, and a broadcast from each root.
-TEST(DevicePath, OutOfPlaceAllreducesAndBroadcasts) {
+void out_of_place_and_broadcasts() {
   const int n = 2;
   run_device_ranks(n, [&](int rank, Runtime& rt) {
     std::vector<std::int64_t> in(10), out(10, -1);
@@ -141,10 +152,11 @@ TEST(DevicePath, OutOfPlaceAllreducesAndBroadcasts) {
     }
   });
 }
+TEST(DevicePath, OutOfPlaceAllreducesAndBroadcasts) { out_of_place_and_broadcasts(); }
 
 // A rank that joined contributes the op's identity on the device too, and the average
 // still divides by every rank.
-TEST(DevicePath, AJoinedRankContributesTheIdentity) {
+void joined_rank() {
   run_device_ranks(3, [&](int rank, Runtime& rt) {
     if (rank == 2) {
       ops::join(rt).wait();
@@ -158,6 +170,7 @@ TEST(DevicePath, AJoinedRankContributesTheIdentity) {
     ops::join(rt).wait();
   });
 }
+TEST(DevicePath, AJoinedRankContributesTheIdentity) { joined_rank(); }
 
 // Memory a test's output allocator hands out (the stand-in's "device memory" is host
 // memory): one buffer per call, kept for the test to read.
@@ -190,7 +203,7 @@ struct Outputs {
 // Allgather (uneven rows), alltoall (uneven splits) and reducescatter (rows that do not
 // divide evenly, average with pre- and postscale) of device memory: results in memory of
 // the caller's allocator, equal to the CPU path's (Handle::output()).
-TEST(DevicePath, AllgatherAlltoallAndReducescatterGiveTheCpuPathsResults) {
+void allgather_alltoall_reducescatter() {
   const int n = 3;
   run_device_ranks(n, [&](int rank, Runtime& rt) {
     Outputs outs;
@@ -250,6 +263,9 @@ TEST(DevicePath, AllgatherAlltoallAndReducescatterGiveTheCpuPathsResults) {
     // The input is left alone (the prescale works on a copy).
     EXPECT_EQ(rsv[0], (rank + 1) * 0.5);
   });
+}
+TEST(DevicePath, AllgatherAlltoallAndReducescatterGiveTheCpuPathsResults) {
+  allgather_alltoall_reducescatter();
 }
 
 // Device memory without an output allocator, or with one that gives the wrong memory,
@@ -472,6 +488,17 @@ TEST(DevicePath, WithoutADeviceDeviceMemoryIsRefusedAsBefore) {
       EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     }
   });
+}
+
+// Ranks whose devices are one GPU: the runtime's device path is the same, its collectives
+// are the CUDA-IPC path's (connect_collectives finds the shared device), the results the
+// same as the CPU path's.
+TEST(DevicePath, RanksSharingAGpuGiveTheSameResultsThroughCudaIpc) {
+  SharedGpu shared;
+  fused_allreduces();
+  out_of_place_and_broadcasts();
+  joined_rank();
+  allgather_alltoall_reducescatter();
 }
 
 }  // namespace

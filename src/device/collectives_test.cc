@@ -26,6 +26,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.device.kind << " x" << 
 // One rank's device, stream and communicator.
 struct Rank {
   std::unique_ptr<Device> dev;
+  std::unique_ptr<transport::Communicator> control;  // the CPU control plane
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Collectives> comm;
   // Waits for the stream's work so far.
@@ -57,26 +58,27 @@ struct Rank {
   };
 };
 
-// Runs fn(rank) on c.ranks threads, each with its own device connected with one unique
-// id made by rank 0's device (the stand-in's through an in-process fabric).
+// Runs fn(rank) on c.ranks threads, each with its own device, connected by
+// connect_collectives() over an in-process control plane (the stand-in's collectives
+// through an in-process fabric, or the CUDA-IPC path where the devices share a GPU).
 void run_ranks(const Case& c, const std::function<void(Rank&)>& fn) {
   host::InprocFabric fabric;
-  UniqueId id;
   {
-    std::unique_ptr<Device> maker;
-    const Status st = c.device.make(0, 20, fabric.connector(), &maker);
+    std::unique_ptr<Device> probe;
+    const Status st = c.device.make(0, 20, fabric.connector(), &probe);
     if (st.code() == ErrorCode::kUnsupported) GTEST_SKIP() << st.message();
     ASSERT_TRUE(st.ok()) << st.message();
-    ASSERT_TRUE(maker->create_unique_id(&id).ok());
   }
+  transport::InprocWorld control(c.ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < c.ranks; ++r) {
     threads.emplace_back([&, r] {
       Rank rank;
+      rank.control = control.communicator(r);
       ASSERT_TRUE(c.device.make(r, 20, fabric.connector(), &rank.dev).ok());
       ASSERT_TRUE(rank.dev->create_stream(&rank.stream).ok());
-      const Status st =
-          rank.dev->create_collectives(id, r, c.ranks, deadline_after(20), &rank.comm);
+      const Status st = connect_collectives(*rank.dev, *rank.control, deadline_after(20),
+                                            &rank.comm, c.device.connect);
       ASSERT_TRUE(st.ok()) << st.message();
       fn(rank);
     });

@@ -57,6 +57,14 @@ struct UniqueId {
   bool operator==(const UniqueId&) const = default;
 };
 
+// What another process of this host passes to Device::open_shared() or
+// open_shared_event() (cudaIpcMemHandle_t / cudaIpcEventHandle_t, 64 bytes): made by the
+// owner, sent over the control plane.
+struct IpcHandle {
+  std::array<unsigned char, 64> bytes{};
+  bool operator==(const IpcHandle&) const = default;
+};
+
 class Collectives;
 
 class Device {
@@ -66,10 +74,35 @@ class Device {
   // "cuda:0", "host stand-in 0": shown in logs and errors.
   virtual std::string name() const = 0;
 
+  // Equal for two Device objects (of any processes) exactly when they drive the same
+  // physical device of the same host: "host <name> <boot id> gpu <uuid>" for CUDA. NCCL
+  // refuses two ranks of one communicator on one device; connect_collectives() then
+  // takes the CUDA-IPC path (ipc/ipc_collectives.h).
+  virtual std::string physical_id() const = 0;
+
   // --- memory --------------------------------------------------------------------------
   // Device memory of `bytes` bytes (at least 256-byte aligned), released with release().
   virtual Status allocate(std::size_t bytes, void** out) = 0;
   virtual void release(void* ptr) = 0;
+
+  // Device memory that other processes of this host can open (cudaMalloc, then
+  // cudaIpcGetMemHandle), with its handle; released with release().
+  virtual Status allocate_shared(std::size_t bytes, void** out, IpcHandle* handle) = 0;
+  // Maps another process's shared memory into this one (cudaIpcOpenMemHandle with
+  // lazy peer access), until close_shared(). Not in the process that made it (CUDA's
+  // rule: it uses its own pointer).
+  virtual Status open_shared(const IpcHandle& handle, void** out) = 0;
+  virtual void close_shared(void* ptr) = 0;
+  // An event whose records streams of other processes can wait for (cudaEventInterprocess,
+  // cudaIpcGetEventHandle); a wait_event() there waits for the last record() made here
+  // before it. open_shared_event() gives that process an Event for wait_event(), query()
+  // and synchronize() (not for record()).
+  virtual Status create_shared_event(std::unique_ptr<Event>* out, IpcHandle* handle) = 0;
+  virtual Status open_shared_event(const IpcHandle& handle, std::unique_ptr<Event>* out) = 0;
+  // Every process that needs `handle` (memory or event) has opened it: the stand-in
+  // removes the name it is reached by, so that nothing stays behind if a process dies;
+  // nothing to do on CUDA.
+  virtual void unpublish(const IpcHandle& handle) { (void)handle; }
 
   // --- streams and events --------------------------------------------------------------
   virtual Status create_stream(std::unique_ptr<Stream>* out) = 0;
@@ -160,11 +193,26 @@ class Collectives {
   virtual void abort() = 0;
 };
 
-// The NCCL way of making one communicator, written once for every device: rank 0 of
-// `control` makes the UniqueId, control_broadcast gives it to the others, and every rank
-// creates its part over the same ranks. `control` is a CPU communicator (the job's, or a
-// process set's), used on this thread only.
+struct ConnectOptions {
+  // Bytes of each half of a rank's shared region on the CUDA-IPC path (the most one
+  // phase of a collective moves per rank; larger collectives go in chunks). Rounded up
+  // to 256 bytes.
+  std::size_t ipc_half_bytes = std::size_t{16} << 20;
+  // The bound of the CUDA-IPC path's barriers (the peer timeout); 0: the time left until
+  // connect_collectives' deadline.
+  double ipc_timeout_seconds = 0;
+};
+
+// Makes one communicator over the ranks of `control` (a CPU communicator: the job's, or a
+// process set's, used on this thread only), written once for every device. Rank 0
+// gathers every rank's physical_id(), then:
+//   - all different: NCCL's way: rank 0 makes the UniqueId, control_broadcast gives it
+//     to the others, and every rank creates its part with create_collectives();
+//   - some shared, every rank on one host: the CUDA-IPC path (ipc/ipc_collectives.h)
+//     over a shared-memory segment rank 0 creates, as NCCL refuses two ranks on one GPU;
+//   - some shared across hosts: kInvalidArgument naming the ranks and their device.
+// Every rank gets the same decision.
 Status connect_collectives(Device& device, transport::Communicator& control, Deadline deadline,
-                           std::unique_ptr<Collectives>* out);
+                           std::unique_ptr<Collectives>* out, const ConnectOptions& options = {});
 
 }  // namespace kolo::device

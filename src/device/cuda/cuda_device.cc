@@ -2,12 +2,14 @@
 #include "device/cuda/cuda_device.h"
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "device/arg_checks.h"
 #include "device/cuda/kernels.h"
+#include "device/host_id.h"
 
 namespace kolo::device::cuda {
 
@@ -32,7 +34,8 @@ class CudaStream : public Stream {
 
 class CudaEvent : public Event {
  public:
-  explicit CudaEvent(cudaEvent_t e) : event(e) {}
+  // `opened`: from another process's handle, recorded there (its records are not seen).
+  explicit CudaEvent(cudaEvent_t e, bool opened = false) : event(e), recorded(opened) {}
   ~CudaEvent() override { cudaEventDestroy(event); }
   const cudaEvent_t event;
   bool recorded = false;  // an event never recorded counts as complete
@@ -43,6 +46,69 @@ class CudaDevice : public Device {
   explicit CudaDevice(const CudaDeviceOptions& o) : o_(o) {}
 
   std::string name() const override { return "cuda:" + std::to_string(o_.index); }
+
+  std::string physical_id() const override {
+    cudaDeviceProp prop{};
+    std::string uuid;
+    if (cudaGetDeviceProperties(&prop, o_.index) == cudaSuccess) {
+      static const char* hex = "0123456789abcdef";
+      for (char c : prop.uuid.bytes) {
+        uuid += hex[(static_cast<unsigned char>(c) >> 4) & 15];
+        uuid += hex[static_cast<unsigned char>(c) & 15];
+      }
+    } else {
+      uuid = "ordinal " + std::to_string(o_.index);
+    }
+    return "host " + host_id() + " gpu " + uuid;
+  }
+
+  Status allocate_shared(std::size_t bytes, void** out, IpcHandle* handle) override {
+    static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(handle->bytes));
+    KOLO_RETURN_IF_ERROR(allocate(bytes, out));
+    cudaIpcMemHandle_t h;
+    const cudaError_t e = cudaIpcGetMemHandle(&h, *out);
+    if (e != cudaSuccess) {
+      release(*out);
+      return cuda_error(name() + ": cudaIpcGetMemHandle", e);
+    }
+    std::memcpy(handle->bytes.data(), &h, sizeof h);
+    return Status::OK();
+  }
+  Status open_shared(const IpcHandle& handle, void** out) override {
+    KOLO_RETURN_IF_ERROR(use());
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.bytes.data(), sizeof h);
+    const cudaError_t e = cudaIpcOpenMemHandle(out, h, cudaIpcMemLazyEnablePeerAccess);
+    return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": cudaIpcOpenMemHandle", e);
+  }
+  void close_shared(void* ptr) override {
+    if (use().ok()) cudaIpcCloseMemHandle(ptr);
+  }
+  Status create_shared_event(std::unique_ptr<Event>* out, IpcHandle* handle) override {
+    static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(handle->bytes));
+    KOLO_RETURN_IF_ERROR(use());
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess);
+    if (e != cudaSuccess)
+      return cuda_error(name() + ": cudaEventCreateWithFlags (interprocess)", e);
+    auto event = std::make_unique<CudaEvent>(ev);
+    cudaIpcEventHandle_t h;
+    e = cudaIpcGetEventHandle(&h, ev);
+    if (e != cudaSuccess) return cuda_error(name() + ": cudaIpcGetEventHandle", e);
+    std::memcpy(handle->bytes.data(), &h, sizeof h);
+    *out = std::move(event);
+    return Status::OK();
+  }
+  Status open_shared_event(const IpcHandle& handle, std::unique_ptr<Event>* out) override {
+    KOLO_RETURN_IF_ERROR(use());
+    cudaIpcEventHandle_t h;
+    std::memcpy(&h, handle.bytes.data(), sizeof h);
+    cudaEvent_t ev;
+    const cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
+    if (e != cudaSuccess) return cuda_error(name() + ": cudaIpcOpenEventHandle", e);
+    *out = std::make_unique<CudaEvent>(ev, true);
+    return Status::OK();
+  }
 
   Status allocate(std::size_t bytes, void** out) override {
     KOLO_RETURN_IF_ERROR(use());

@@ -1,17 +1,135 @@
 // The host stand-in's device (host_device.h) and its streams and events (host_stream.h).
 #include "device/host/host_device.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "common/convert.h"
 #include "common/reduce.h"
 #include "device/arg_checks.h"
 #include "device/host/host_stream.h"
+#include "device/host_id.h"
 
 namespace kolo::device::host {
+
+// --- SharedMapping ------------------------------------------------------------------------
+
+namespace {
+
+// A handle: the segment's name (NUL-terminated) in the first 56 bytes, its size in the
+// last 8.
+constexpr std::size_t kNameBytes = 56;
+
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
+
+std::string random_shared_name() {
+  std::random_device rd;
+  const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char text[kNameBytes];
+  std::snprintf(text, sizeof text, "/kolo-dev-%d-%016llx", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(r));
+  return text;
+}
+
+template <typename T>
+std::atomic_ref<T> at(T& field) {
+  return std::atomic_ref<T>(field);
+}
+
+}  // namespace
+
+std::string SharedMapping::name_of(const IpcHandle& handle) {
+  const char* p = reinterpret_cast<const char*>(handle.bytes.data());
+  return std::string(p, strnlen(p, kNameBytes));
+}
+
+Status SharedMapping::create(std::size_t bytes, std::unique_ptr<SharedMapping>* out,
+                             IpcHandle* handle) {
+  auto m = std::make_unique<SharedMapping>();
+  m->name_ = random_shared_name();
+  m->bytes_ = std::max<std::size_t>(bytes, 1);
+  const int fd = shm_open(m->name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    return Status(ErrorCode::kInternal,
+                  "host stand-in: shm_open(" + m->name_ + ") failed: " + errno_text(errno));
+  }
+  m->owner_ = true;
+  m->linked_ = true;
+  const int err = posix_fallocate(fd, 0, static_cast<off_t>(m->bytes_));
+  if (err != 0) {
+    ::close(fd);
+    return Status(ErrorCode::kInternal, "host stand-in: cannot reserve " +
+                                            std::to_string(m->bytes_) + " bytes of /dev/shm for " +
+                                            m->name_ + ": " + errno_text(err));
+  }
+  m->data_ = mmap(nullptr, m->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m->data_ == MAP_FAILED) {
+    m->data_ = nullptr;
+    return Status(ErrorCode::kInternal, "host stand-in: mmap of " + m->name_ + " failed");
+  }
+  handle->bytes.fill(0);
+  std::memcpy(handle->bytes.data(), m->name_.data(), m->name_.size());
+  const std::uint64_t size = m->bytes_;
+  std::memcpy(handle->bytes.data() + kNameBytes, &size, sizeof size);
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Status SharedMapping::open(const IpcHandle& handle, std::unique_ptr<SharedMapping>* out) {
+  auto m = std::make_unique<SharedMapping>();
+  m->name_ = name_of(handle);
+  std::uint64_t size = 0;
+  std::memcpy(&size, handle.bytes.data() + kNameBytes, sizeof size);
+  if (m->name_.rfind("/kolo-dev-", 0) != 0 || size == 0) {
+    return InvalidArgument("host stand-in: not a shared-memory handle of a host stand-in");
+  }
+  const int fd = shm_open(m->name_.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    return Status(ErrorCode::kPeerFailure,
+                  "host stand-in: cannot open " + m->name_ +
+                      " (its owner removed it or exited): " + errno_text(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != size) {
+    ::close(fd);
+    return Internal("host stand-in: " + m->name_ + " is not of the handle's " +
+                    std::to_string(size) + " bytes");
+  }
+  m->bytes_ = size;
+  m->data_ = mmap(nullptr, m->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m->data_ == MAP_FAILED) {
+    m->data_ = nullptr;
+    return Status(ErrorCode::kInternal, "host stand-in: mmap of " + m->name_ + " failed");
+  }
+  *out = std::move(m);
+  return Status::OK();
+}
+
+void SharedMapping::unlink() {
+  if (owner_ && linked_) {
+    shm_unlink(name_.c_str());
+    linked_ = false;
+  }
+}
+
+SharedMapping::~SharedMapping() {
+  unlink();
+  if (data_ != nullptr) munmap(data_, bytes_);
+}
 
 // --- Marker, HostStream, HostEvent --------------------------------------------------------
 
@@ -104,9 +222,11 @@ namespace {
 
 class HostDevice : public Device {
  public:
-  explicit HostDevice(HostDeviceOptions o) : o_(std::move(o)) {}
+  explicit HostDevice(HostDeviceOptions o) : o_(std::move(o)), own_id_(make_physical_id(o_)) {}
 
   std::string name() const override { return "host stand-in " + std::to_string(o_.index); }
+
+  std::string physical_id() const override { return own_id_; }
 
   Status allocate(std::size_t bytes, void** out) override {
     // 256-byte aligned, as cudaMalloc's; at least one byte so that the pointer is unique.
@@ -118,7 +238,74 @@ class HostDevice : public Device {
     }
     return Status::OK();
   }
-  void release(void* ptr) override { std::free(ptr); }
+  void release(void* ptr) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      if (shared_.erase(ptr) > 0) return;  // the mapping's destructor unmaps and unlinks
+    }
+    std::free(ptr);
+  }
+
+  Status allocate_shared(std::size_t bytes, void** out, IpcHandle* handle) override {
+    std::unique_ptr<SharedMapping> m;
+    KOLO_RETURN_IF_ERROR(SharedMapping::create(bytes, &m, handle));
+    *out = m->data();
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    shared_[*out] = std::move(m);
+    return Status::OK();
+  }
+  Status open_shared(const IpcHandle& handle, void** out) override {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    for (const auto& [ptr, m] : shared_) {
+      if (m->name() == SharedMapping::name_of(handle)) {
+        return InvalidArgument(name() + ": open_shared() of this device's own memory (use its " +
+                               "pointer, as CUDA requires)");
+      }
+    }
+    std::unique_ptr<SharedMapping> m;
+    KOLO_RETURN_IF_ERROR(SharedMapping::open(handle, &m));
+    *out = m->data();
+    opened_[*out] = std::move(m);
+    return Status::OK();
+  }
+  void close_shared(void* ptr) override {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    opened_.erase(ptr);
+  }
+  Status create_shared_event(std::unique_ptr<Event>* out, IpcHandle* handle) override {
+    std::unique_ptr<SharedMapping> m;
+    KOLO_RETURN_IF_ERROR(SharedMapping::create(sizeof(SharedEventState), &m, handle));
+    std::memset(m->data(), 0, m->bytes());
+    std::shared_ptr<SharedMapping> mapping(std::move(m));
+    {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      std::erase_if(events_, [](const auto& e) { return e.second.expired(); });
+      events_[mapping->name()] = mapping;
+    }
+    *out = std::make_unique<HostEvent>(std::move(mapping), true);
+    return Status::OK();
+  }
+  Status open_shared_event(const IpcHandle& handle, std::unique_ptr<Event>* out) override {
+    std::unique_ptr<SharedMapping> m;
+    KOLO_RETURN_IF_ERROR(SharedMapping::open(handle, &m));
+    if (m->bytes() != sizeof(SharedEventState)) {
+      return InvalidArgument(name() + ": " + m->name() + " is not a shared event");
+    }
+    *out = std::make_unique<HostEvent>(std::shared_ptr<SharedMapping>(std::move(m)), false);
+    return Status::OK();
+  }
+  void unpublish(const IpcHandle& handle) override {
+    const std::string n = SharedMapping::name_of(handle);
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    for (auto& [ptr, m] : shared_) {
+      if (m->name() == n) m->unlink();
+    }
+    auto it = events_.find(n);
+    if (it != events_.end()) {
+      if (auto event = it->second.lock()) event->unlink();
+      events_.erase(it);
+    }
+  }
 
   Status create_stream(std::unique_ptr<Stream>* out) override {
     *out = std::make_unique<HostStream>(name() + " stream " + std::to_string(streams_++));
@@ -130,14 +317,35 @@ class HostDevice : public Device {
   }
 
   Status record(Event& event, Stream& stream) override {
+    HostEvent& ev = as_event(event);
     auto marker = std::make_shared<Marker>();
-    as_event(event).set_latest(marker);
-    as_stream(stream).enqueue([marker](Status& sticky) { marker->complete(sticky); });
+    if (ev.shared() == nullptr) {
+      ev.set_latest(marker);
+      as_stream(stream).enqueue([marker](Status& sticky) { marker->complete(sticky); });
+      return Status::OK();
+    }
+    if (!ev.owner()) {
+      return InvalidArgument(name() + ": record() of an event opened from another process");
+    }
+    const std::uint64_t number = at(ev.shared()->recorded).fetch_add(1) + 1;
+    ev.set_latest(marker);
+    as_stream(stream).enqueue([marker, m = ev.mapping(), number](Status& sticky) {
+      auto* st = static_cast<SharedEventState*>(m->data());
+      if (!sticky.ok() && at(st->failed).load() == 0) {
+        const std::string text = sticky.message().substr(0, sizeof(st->error) - 1);
+        std::memcpy(st->error, text.c_str(), text.size() + 1);
+        at(st->failed).store(1);
+      }
+      at(st->completed).store(number);
+      marker->complete(sticky);
+    });
     return Status::OK();
   }
 
   Status wait_event(Stream& stream, Event& event) override {
-    std::shared_ptr<Marker> marker = as_event(event).latest();
+    HostEvent& ev = as_event(event);
+    std::shared_ptr<Marker> marker = ev.latest();
+    if (!marker && ev.shared() != nullptr) return wait_shared(stream, ev);
     if (!marker) return Status::OK();  // never recorded: nothing to wait for
     HostStream& s = as_stream(stream);
     const double timeout = o_.timeout_seconds;
@@ -156,12 +364,22 @@ class HostDevice : public Device {
   }
 
   Status query(Event& event, bool* done) override {
+    if (opened_elsewhere(event)) {
+      *done = true;
+      return shared_state(*as_event(event).shared(), at(as_event(event).shared()->recorded).load(),
+                          done);
+    }
     std::shared_ptr<Marker> marker = as_event(event).latest();
     *done = !marker || marker->done();
     return *done && marker ? marker->status() : Status::OK();
   }
 
   Status synchronize(Event& event, Deadline deadline) override {
+    if (opened_elsewhere(event)) {
+      SharedEventState& st = *as_event(event).shared();
+      return wait_for_record(st, at(st.recorded).load(), deadline,
+                             name() + ": a shared event of another process");
+    }
     std::shared_ptr<Marker> marker = as_event(event).latest();
     if (!marker) return Status::OK();
     return marker->wait_until(deadline, name() + ": an event");
@@ -225,11 +443,76 @@ class HostDevice : public Device {
   }
 
  private:
+  static std::string make_physical_id(const HostDeviceOptions& o) {
+    static std::atomic<int> devices{0};
+    return "host " + host_id() + " stand-in " +
+           (o.shared_id.empty()
+                ? "own " + std::to_string(getpid()) + "." + std::to_string(devices++)
+                : "shared " + o.shared_id);
+  }
   static HostStream& as_stream(Stream& s) { return static_cast<HostStream&>(s); }
   static HostEvent& as_event(Event& e) { return static_cast<HostEvent&>(e); }
+  static bool opened_elsewhere(Event& e) {
+    return as_event(e).shared() != nullptr && !as_event(e).owner();
+  }
+
+  // Whether record `number` of a shared event completed (*done), and its error.
+  static Status shared_state(const SharedEventState& st, std::uint64_t number, bool* done) {
+    auto& s = const_cast<SharedEventState&>(st);
+    if (at(s.failed).load() != 0) {
+      *done = true;
+      return PeerFailure(std::string("the work before a shared event failed: ") + s.error);
+    }
+    *done = at(s.completed).load() >= number;
+    return Status::OK();
+  }
+
+  // Polls (a spin, then sleeps that grow to 1 ms) until record `number` completed.
+  static Status wait_for_record(const SharedEventState& st, std::uint64_t number, Deadline deadline,
+                                const std::string& what) {
+    auto pause = std::chrono::microseconds(0);
+    for (;;) {
+      bool done = false;
+      KOLO_RETURN_IF_ERROR(shared_state(st, number, &done));
+      if (done) return Status::OK();
+      if (Clock::now() >= deadline) {
+        return PeerFailure(what +
+                           " did not complete in time: its process's device work is still "
+                           "running, waits for a peer, or the process died");
+      }
+      if (pause.count() == 0) {
+        std::this_thread::yield();
+        pause = std::chrono::microseconds(5);
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+
+  // A stream waits for the last record of an event another process owns (made before
+  // this call), bounded by the stand-in's timeout once the stream reaches the wait.
+  Status wait_shared(Stream& stream, HostEvent& ev) {
+    const std::uint64_t number = at(ev.shared()->recorded).load();
+    if (number == 0) return Status::OK();
+    HostStream& s = as_stream(stream);
+    s.enqueue([m = ev.mapping(), number, timeout = o_.timeout_seconds,
+               what = s.name() + "'s wait for a shared event"](Status& sticky) {
+      if (!sticky.ok()) return;
+      sticky = wait_for_record(*static_cast<SharedEventState*>(m->data()), number,
+                               deadline_after(timeout), what);
+    });
+    return Status::OK();
+  }
 
   const HostDeviceOptions o_;
-  int streams_ = 0;  // names the streams
+  int streams_ = 0;           // names the streams
+  const std::string own_id_;  // physical_id()
+  std::mutex shared_mu_;
+  std::map<void*, std::unique_ptr<SharedMapping>> shared_;  // allocate_shared's
+  std::map<void*, std::unique_ptr<SharedMapping>> opened_;  // open_shared's
+  // The shared events made here and not yet unpublished (the events own their mappings).
+  std::map<std::string, std::weak_ptr<SharedMapping>> events_;
 };
 
 }  // namespace

@@ -30,6 +30,10 @@ struct HostDeviceOptions {
   // (KOLO_PEER_TIMEOUT_SECONDS's role for NCCL).
   double timeout_seconds = 60;
   Connect connect{};  // required for create_collectives
+  // The physical device this stand-in plays: stand-ins with the same non-empty id count
+  // as one GPU (ranks that share it take the CUDA-IPC path, see connect_collectives);
+  // empty: a device of its own.
+  std::string shared_id{};
 };
 
 std::unique_ptr<Device> make_host_device(HostDeviceOptions options);

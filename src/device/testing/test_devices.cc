@@ -14,4 +14,18 @@ TestDevice host_test_device() {
       }};
 }
 
+TestDevice host_ipc_test_device() {
+  return {.kind = "host_ipc",
+          .max_ranks = 4,
+          .make =
+              [](int rank, double timeout, host::Connect connect, std::unique_ptr<Device>* out) {
+                *out = host::make_host_device({.index = rank,
+                                               .timeout_seconds = timeout,
+                                               .connect = std::move(connect),
+                                               .shared_id = "test gpu"});
+                return Status::OK();
+              },
+          .connect = {.ipc_half_bytes = 64}};
+}
+
 }  // namespace kolo::device::testing

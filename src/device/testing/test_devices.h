@@ -23,6 +23,8 @@ struct TestDevice {
   std::function<Status(int rank, double timeout_seconds, host::Connect connect,
                        std::unique_ptr<Device>* out)>
       make;
+  // What connect_collectives() gets (the CUDA-IPC path's region size).
+  ConnectOptions connect{};
 };
 
 // Its kind, for GoogleTest's test names and messages.
@@ -30,6 +32,9 @@ inline void PrintTo(const TestDevice& d, std::ostream* os) { *os << d.kind; }
 
 // The stand-in (test_devices.cc).
 TestDevice host_test_device();
+// Stand-ins that all play one GPU, so that connect_collectives() takes the CUDA-IPC path
+// (with regions of 64-byte halves: most collectives go in several chunks).
+TestDevice host_ipc_test_device();
 // Every kind this build has (test_list_host.cc or, with KOLO_CUDA, test_list_cuda.cc).
 std::vector<TestDevice> test_devices();
 
