@@ -16,8 +16,11 @@
 # KOLO_CUDA=ON and GoogleTest, carried as sources if the image has none): its tests on
 # cuda:0 (kernels, streams, events, NCCL at one rank) and on the host stand-in; in the
 # same tree, built with KOLO_DEVICE_PATH=ON, torch_worker on 1 rank with CUDA tensors
-# going through the device path (NCCL, kolo's stream, events) instead of host staging
-# (2 ranks on one GPU would need the CUDA-IPC path: NCCL refuses them).
+# going through the device path (NCCL, kolo's stream, events) instead of host staging;
+# then the CUDA-IPC path (2-4 ranks sharing the one GPU, which NCCL refuses): kolo_ipc_check
+# (every collective against references, a rank SIGKILLed mid-collective), torch_worker on
+# 2 ranks through the device path, and the path's allreduce bandwidth beside
+# torch.distributed's (Gloo with CUDA tensors) on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=$PWD/build-gpu-deps
@@ -104,7 +107,7 @@ fi
 # The device layer (src/device) on the GPU: its tests run on the host stand-in and on
 # cuda:0 (NCCL at one rank); a CUDA case that skips here is a failure.
 dev_args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_CUDA=ON -DKOLO_DEVICE_PATH=ON -DKOLO_BUILD_TRAIN=OFF
-          -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CHECKS=OFF
+          -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CHECKS=ON
           "-DCMAKE_PREFIX_PATH=$prefix" "${extra[@]}")
 [ -d "$deps/include" ] && dev_args+=("-DCMAKE_INCLUDE_PATH=$deps/include")
 if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/local/include/gtest/gtest.h ] &&
@@ -125,5 +128,31 @@ if step device_configure 300 cmake -S . -B build-gpu-device "${dev_args[@]}" &&
   fi
   step path_worker_np1 180 build-gpu-device/bin/kolo_torch_worker
   grep -h "cuda" "$out/path_worker_np1.log" | sort | uniq -c | tee -a "$summary"
+
+  # The CUDA-IPC path: ranks that share the GPU. Launched by kolorun where the tree has
+  # Gloo, else by mpirun (the check's control plane is the job's base transport).
+  dev=build-gpu-device/bin
+  if grep -q "^Gloo_DIR:PATH=/" build-gpu-device/CMakeCache.txt; then
+    launch="$dev/kolorun --grace-seconds 30 -np"
+  else
+    launch="mpirun --allow-run-as-root --oversubscribe --enable-recovery -np"
+  fi
+  if step ipc_build 300 cmake --build build-gpu-device -j"$(nproc)" \
+    --target kolo_ipc_check kolorun; then
+    for np in 2 3 4; do
+      step ipc_np$np 120 $launch $np $dev/kolo_ipc_check --device cuda --half 65536
+    done
+    # Rank 1 SIGKILLs itself mid-allreduce: both survivors must print PASS (named, fast).
+    step ipc_kill_np3 120 bash -c "$launch 3 $dev/kolo_ipc_check --device cuda --kill-test \
+      --kill-rank 1 >$out/ipc_kill.out 2>&1; cat $out/ipc_kill.out;
+      test \$(grep -c 'PASS \[rank [0-9]*\] ipc kill-test' $out/ipc_kill.out) -eq 2"
+    step path_worker_np2 240 $launch 2 $dev/kolo_torch_worker
+    grep -h "cuda" "$out/path_worker_np2.log" | sort | uniq -c | tee -a "$summary"
+    step ipc_bench 240 $launch 2 $dev/kolo_ipc_check --device cuda --half 16777216 --bench
+    step torch_gloo_cuda_bench 240 python3 bench/peers/torch_allreduce.py -np 2 --device cuda \
+      --min-bytes 4096 --max-bytes 64M --step 4 --iters 10
+    grep -h "bench:" "$out/ipc_bench.log" | tee -a "$summary"
+    tail -9 "$out/torch_gloo_cuda_bench.log" | tee -a "$summary"
+  fi
 fi
 exit $failed

@@ -4,7 +4,11 @@
 so that bench/compare.sh can put kolo's numbers next to Gloo's from the same run.
 
     /usr/bin/python3 bench/peers/torch_allreduce.py -np 2 [--min-bytes 4]
-        [--max-bytes 268435456] [--step 2|4] [--iters N] [--json FILE]
+        [--max-bytes 268435456] [--step 2|4] [--iters N] [--json FILE] [--device cuda]
+
+With --device cuda the buffer is a CUDA tensor on GPU 0 for every rank (the peer of
+kolo's CUDA-IPC path, kolo_ipc_check --bench, where the ranks share one GPU: NCCL refuses
+that, Gloo stages through host memory), and each call is timed to torch.cuda.synchronize().
 
 Starts -np local processes itself (torch.multiprocessing, MASTER_ADDR=127.0.0.1 and a free
 MASTER_PORT), each with torch.set_num_threads(1). Per size: warm-up, then timed
@@ -48,11 +52,14 @@ def worker(rank, args, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.np)
     n = args.np
-    buf = torch.zeros(args.max_bytes // 4, dtype=torch.float32)
+    cuda = args.device == "cuda"
+    buf = torch.zeros(args.max_bytes // 4, dtype=torch.float32,
+                      device="cuda:0" if cuda else "cpu")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     rows = []
     if rank == 0:
-        print("gloo all_reduce: %d ranks, f32, SUM, in place; time = max over ranks per "
-              "iteration, median over iterations" % n)
+        print("gloo all_reduce: %d ranks, f32, SUM, in place, %s tensors; time = max over ranks "
+              "per iteration, median over iterations" % (n, args.device))
         print("%12s %7s %12s %12s %12s %10s %10s" % ("bytes", "iters", "median_us", "p10_us",
                                                      "p90_us", "algbw_GB/s", "busbw_GB/s"),
               flush=True)
@@ -70,7 +77,9 @@ def worker(rank, args, port):
         for i in range(iters):
             t0 = time.perf_counter()
             dist.all_reduce(t)
+            sync()
             times[i] = (time.perf_counter() - t0) * 1e6
+        times = times.to(buf.device)
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
         s = sorted(times.tolist())
         med = statistics.median(s)
@@ -105,6 +114,8 @@ def main():
     p.add_argument("--step", type=int, choices=(2, 4), default=2)
     p.add_argument("--iters", type=int, default=0, help="timed iterations (default: by size)")
     p.add_argument("--json", default="")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the tensors live (cuda: GPU 0 for every rank)")
     args = p.parse_args()
     if args.min_bytes < 4 or args.max_bytes < args.min_bytes:
         p.error("need 4 <= --min-bytes <= --max-bytes")

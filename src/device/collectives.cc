@@ -82,8 +82,9 @@ double seconds_left(Deadline deadline) {
 Status connect_collectives(Device& device, transport::Communicator& control, Deadline deadline,
                            std::unique_ptr<Collectives>* out, const ConnectOptions& options) {
   std::vector<std::string> all;
-  KOLO_RETURN_IF_ERROR(
-      control.control_gather(host_id() + "\n" + device.physical_id(), &all, deadline));
+  KOLO_RETURN_IF_ERROR(control.control_gather(
+      (options.host.empty() ? host_id() : options.host) + "\n" + device.physical_id(), &all,
+      deadline));
   transport::shm::Segment segment;
   std::string decision;
   if (control.rank() == 0) decision = decide(device, all, &segment);

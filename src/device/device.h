@@ -196,11 +196,14 @@ class Collectives {
 struct ConnectOptions {
   // Bytes of each half of a rank's shared region on the CUDA-IPC path (the most one
   // phase of a collective moves per rank; larger collectives go in chunks). Rounded up
-  // to 256 bytes.
+  // to a multiple of 8.
   std::size_t ipc_half_bytes = std::size_t{16} << 20;
   // The bound of the CUDA-IPC path's barriers (the peer timeout); 0: the time left until
   // connect_collectives' deadline.
   double ipc_timeout_seconds = 0;
+  // This rank's host as the decision sees it; empty: this machine's name and boot id
+  // (tests pretend hosts with it).
+  std::string host{};
 };
 
 // Makes one communicator over the ranks of `control` (a CPU communicator: the job's, or a

@@ -4,13 +4,13 @@
 // shared memory, so this runs in CI), or with --device cuda GPU 0 of a GPU machine, where
 // NCCL would refuse the ranks ("Duplicate GPU detected").
 //
-// The ranks connect with device::connect_collectives() over the job's Gloo communicator
-// (which finds that they share a device and takes the IPC path), then run every
-// collective against references computed here: allreduce of every dtype and op (in and
-// out of place), broadcast from every root, uneven allgatherv, reducescatter and uneven
-// alltoallv, at sizes that take many chunks of the regions (--half bytes, default 4 KiB).
-// Prints PASS/FAIL per group; exits non-zero on any failure. --bench times allreduces of
-// 4 KiB..64 MiB of float32 and prints the bus bandwidth.
+// The ranks connect with device::connect_collectives() over the job's base communicator
+// (check_job.h: Gloo under kolorun, MPI under mpirun), which finds that they share a
+// device and takes the IPC path, then run every collective against references computed here:
+// allreduce of every dtype and op (in and out of place), broadcast from every root, uneven
+// allgatherv, reducescatter and uneven alltoallv, at sizes that take many chunks of the regions
+// (--half bytes, default 4 KiB). Prints PASS/FAIL per group; exits non-zero on any failure. --bench
+// times allreduces of 4 KiB..64 MiB of float32 and prints the bus bandwidth.
 //
 // --kill-test --kill-rank R: after a warm-up, rank R SIGKILLs itself while the others are
 // in a chunked allreduce; they must fail within 5 s with kPeerFailure naming rank R, and
@@ -18,6 +18,7 @@
 // others must fail at the peer timeout (--timeout, 2 s here) naming it, then kill it.
 //
 //   kolorun -np 3 kolo_ipc_check [--device host|cuda] [--half BYTES] [--bench]
+//   mpirun -np 2 kolo_ipc_check --device cuda
 //   kolorun -np 3 kolo_ipc_check --kill-test --kill-rank 1 [--stop]
 #include <signal.h>
 #include <unistd.h>
@@ -424,10 +425,8 @@ int run(int argc, char** argv) {
   if (kill_test && stop) timeout = 2;
   transport::check::CheckJob job;
   Status s = transport::check::open_check_job(&job);
-  const transport::TransportFactory* gloo = transport::find_transport("gloo");
-  if (s.ok() && gloo == nullptr) s = Internal("this build has no gloo transport");
-  std::unique_ptr<Communicator> control;
-  if (s.ok()) s = gloo->create(job.context, &control);
+  std::unique_ptr<Communicator> control;  // the job's base transport, no layers
+  if (s.ok()) s = job.factory->create(job.context, &control);
   Rank r;
   const testing::TestDevice* device = nullptr;
   const std::vector<testing::TestDevice> devices = testing::test_devices();

@@ -42,7 +42,7 @@ class IpcCollectives : public Collectives {
         barrier_(&seg_, rank, size),
         rank_(rank),
         size_(size),
-        half_(std::max<std::size_t>((o.half_bytes + 63) / 64 * 64, 64)),
+        half_((o.half_bytes + 7) / 8 * 8),
         timeout_(o.timeout_seconds),
         name_(dev.name() + "'s CUDA-IPC collectives (rank " + std::to_string(rank) + " of " +
               std::to_string(size) + ")") {
@@ -56,7 +56,9 @@ class IpcCollectives : public Collectives {
   ~IpcCollectives() override {
     // After a failure the streams' last work may still wait on a peer and use the
     // regions: nothing is unmapped or freed (the process's exit does it).
-    bool clean = async_error().ok() && !barrier_.broken();
+    const Status error = async_error();
+    if (!error.ok()) publish(error);
+    bool clean = error.ok() && !barrier_.broken();
     if (clean && event_ && last_stream_ != nullptr) {
       // The last call's work reads and writes the regions: wait for it (bounded).
       clean = dev_.synchronize(*event_, deadline_after(std::min(timeout_, kCloseSeconds))).ok();
@@ -75,7 +77,7 @@ class IpcCollectives : public Collectives {
     }
     // Peers may still read this rank's region until their own work is done: free it once
     // every rank has passed the closing barrier; otherwise it stays until the process ends.
-    if (barrier_.sync("close", deadline_after(std::min(timeout_, kCloseSeconds))).ok()) {
+    if (close_sync().ok()) {
       dev_.release(mine_);
     } else {
       KOLO_LOG(kWarning, "device") << name_
@@ -311,7 +313,10 @@ class IpcCollectives : public Collectives {
   // Fails at once after an error; orders this call after the previous one when it came
   // on another stream (so that the event's last record covers every call's work).
   Status begin(Stream& stream) {
-    KOLO_RETURN_IF_ERROR(async_error());
+    if (Status e = async_error(); !e.ok()) {
+      publish(e);
+      return e;
+    }
     if (last_stream_ != nullptr && last_stream_ != &stream) {
       KOLO_RETURN_IF_ERROR(dev_.wait_event(stream, *event_));
     }
@@ -327,11 +332,13 @@ class IpcCollectives : public Collectives {
                std::vector<std::uint64_t>* words = nullptr) {
     KOLO_RETURN_IF_ERROR(failed(dev_.record(*event_, stream)));
     const int parity = next_parity();
-    at(*seg_.control(parity, rank_)).store(word);
+    at(seg_.control(parity, rank_)[0]).store(word);
+    at(seg_.control(parity, rank_)[1]).store(kCollective);
     KOLO_RETURN_IF_ERROR(sync(op, deadline_after(timeout_)));
+    KOLO_RETURN_IF_ERROR(failed(check_peers_kind(parity, kCollective, op)));
     if (words != nullptr) {
       words->clear();
-      for (int q = 0; q < size_; ++q) words->push_back(at(*seg_.control(parity, q)).load());
+      for (int q = 0; q < size_; ++q) words->push_back(at(seg_.control(parity, q)[0]).load());
     }
     for (int q = 0; q < size_; ++q) {
       if (q != rank_) KOLO_RETURN_IF_ERROR(failed(dev_.wait_event(stream, *peer_events_[q])));
@@ -340,6 +347,35 @@ class IpcCollectives : public Collectives {
   }
 
   Status sync(const char* op, Deadline deadline) { return failed(barrier_.sync(op, deadline)); }
+
+  // What a barrier is for, beside each rank's word: a rank that closes its collectives
+  // while the others run one must not pass for a participant (the barrier counts
+  // arrivals only).
+  static constexpr std::uint64_t kCollective = 1, kClose = 2;
+  Status check_peers_kind(int parity, std::uint64_t mine, const char* op) {
+    for (int q = 0; q < size_; ++q) {
+      const std::uint64_t theirs = at(seg_.control(parity, q)[1]).load();
+      if (theirs == mine) continue;
+      const Status s = PeerFailure(
+          "rank " + std::to_string(q) +
+          (theirs == kClose ? " closed its collectives while this rank ran " + std::string(op)
+                            : " ran a collective while this rank closed its collectives"));
+      publish(s);
+      return s;
+    }
+    return Status::OK();
+  }
+  Status close_sync() {
+    const int parity = next_parity();
+    at(seg_.control(parity, rank_)[1]).store(kClose);
+    KOLO_RETURN_IF_ERROR(barrier_.sync("close", deadline_after(std::min(timeout_, kCloseSeconds))));
+    return check_peers_kind(parity, kClose, "close");
+  }
+
+  // An error found here (abort() on another thread) reaches the peers' barriers at once.
+  void publish(const Status& e) {
+    if (!barrier_.broken()) (void)barrier_.abort(e.message());
+  }
 
   // A failure breaks the communicator: later calls fail at once with it (NCCL's rule).
   Status failed(Status s) {
@@ -379,7 +415,7 @@ Status make_ipc_collectives(Device& device, Segment segment, int rank, int size,
     return InvalidArgument(device.name() + ": CUDA-IPC collectives of rank " +
                            std::to_string(rank) + " of " + std::to_string(size));
   }
-  if (options.half_bytes < 8 * static_cast<std::size_t>(size)) {
+  if ((options.half_bytes + 7) / 8 * 8 < 8 * static_cast<std::size_t>(size)) {
     return InvalidArgument(device.name() + ": CUDA-IPC regions of " +
                            std::to_string(options.half_bytes) +
                            " bytes per half, less than 8 per "

@@ -36,8 +36,8 @@
 namespace kolo::device::ipc {
 
 struct IpcOptions {
-  // Bytes of each half of this rank's region (rounded up to 64 bytes; at least 8 per
-  // rank). Every rank passes the same value.
+  // Bytes of each half of this rank's region (rounded up to a multiple of 8; at least 8
+  // per rank). Every rank passes the same value.
   std::size_t half_bytes = std::size_t{16} << 20;
   // The bound of each barrier (KOLO_PEER_TIMEOUT_SECONDS's role).
   double timeout_seconds = 60;
