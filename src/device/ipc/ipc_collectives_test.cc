@@ -36,7 +36,8 @@ void run(int n, const std::vector<std::string>& shared, const std::vector<Connec
     threads.emplace_back([&, r] {
       Rank rank;
       const auto i = static_cast<std::size_t>(r);
-      rank.dev = host::make_host_device({.index = r, .timeout_seconds = 20, .shared_id = shared[i]});
+      rank.dev =
+          host::make_host_device({.index = r, .timeout_seconds = 20, .shared_id = shared[i]});
       rank.control = world.communicator(r);
       ASSERT_TRUE(rank.dev->create_stream(&rank.stream).ok());
       rank.connected =
@@ -47,12 +48,15 @@ void run(int n, const std::vector<std::string>& shared, const std::vector<Connec
   for (auto& t : threads) t.join();
 }
 
+// One float's allreduce, waited for; also after a failure, as work enqueued before it may
+// still read `x`.
 Status allreduce_one(Rank& r, float* x) {
-  KOLO_RETURN_IF_ERROR(r.comm->allreduce(x, x, 1, DataType::kFloat32, ReduceOp::kSum, *r.stream));
+  const Status s = r.comm->allreduce(x, x, 1, DataType::kFloat32, ReduceOp::kSum, *r.stream);
   std::unique_ptr<Event> done;
   KOLO_RETURN_IF_ERROR(r.dev->create_event(&done));
   KOLO_RETURN_IF_ERROR(r.dev->record(*done, *r.stream));
-  return r.dev->synchronize(*done, deadline_after(20));
+  const Status waited = r.dev->synchronize(*done, deadline_after(20));
+  return s.ok() ? waited : s;
 }
 
 // Devices of their own take NCCL's way (here: the stand-in's create_collectives, which
