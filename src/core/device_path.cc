@@ -72,7 +72,8 @@ Status DevicePath::wait_ready(const Entry& entry) {
 
 Status DevicePath::ready(transport::Communicator& control, transport::Deadline deadline) {
   if (!stream_) KOLO_RETURN_IF_ERROR(dev_.create_stream(&stream_));
-  if (!comm_) KOLO_RETURN_IF_ERROR(device::connect_collectives(dev_, control, deadline, &comm_));
+  if (!comm_)
+    KOLO_RETURN_IF_ERROR(device::connect_collectives(dev_, control, deadline, &comm_, options_));
   return comm_->async_error();
 }
 

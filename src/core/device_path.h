@@ -28,6 +28,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/executor.h"
@@ -43,7 +44,9 @@ bool runs_on_device(const Response& r);
 class DevicePath {
  public:
   // `index`: the device's CUDA ordinal (a tensor on another GPU is refused).
-  DevicePath(device::Device& device, int index) : dev_(device), index_(index) {}
+  // `options`: how the set's device collectives are made (device::connect_collectives).
+  DevicePath(device::Device& device, int index, device::ConnectOptions options = {})
+      : dev_(device), index_(index), options_(std::move(options)) {}
   // Waits (bounded) for the work still enqueued before anything it uses is freed.
   ~DevicePath();
   DevicePath(const DevicePath&) = delete;
@@ -104,6 +107,7 @@ class DevicePath {
 
   device::Device& dev_;
   const int index_;
+  const device::ConnectOptions options_;
   std::unique_ptr<device::Stream> stream_;
   std::unique_ptr<device::Collectives> comm_;  // the set's, made at its first device response
   void* buffer_ = nullptr;                     // the device fusion buffer; grows

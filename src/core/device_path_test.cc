@@ -51,6 +51,14 @@ struct SharedGpu {
   SharedGpu() { shared_gpu = "one test gpu"; }
   ~SharedGpu() { shared_gpu.clear(); }
 };
+// While set (HostPerRank), each stand-in is on a host of its own and the runtimes run
+// with KOLO_HIERARCHICAL=1: their device collectives are the hierarchical ones
+// (device/hier/), the stand-in's CPU transport across the hosts.
+bool host_per_rank = false;  // NOLINT: as shared_gpu
+struct HostPerRank {
+  HostPerRank() { host_per_rank = true; }
+  ~HostPerRank() { host_per_rank = false; }
+};
 
 // run_ranks with a stand-in device for each runtime (all of them joined by one in-process
 // fabric). `fabric_out`: the fabric, for fault injection; `device_timeout`: the stand-in's
@@ -64,14 +72,17 @@ void run_device_ranks(int n, const std::function<void(int, Runtime&)>& fn,
   std::atomic<int> made{0};
   Config config = test_config();
   config.peer_timeout_seconds = peer_timeout;
+  if (host_per_rank) config.hierarchical = "1";
   testing::run_ranks(n, config, fn, 0, nullptr, [&](int r, Runtime& rt) {
     rt.set_device_factory([&, r](int index, std::unique_ptr<device::Device>* out) {
       ++made;
       if (indices) (*indices)[static_cast<std::size_t>(r)] = index;
-      *out = device::host::make_host_device({.index = r,
-                                             .timeout_seconds = device_timeout,
-                                             .connect = fabric.connector(),
-                                             .shared_id = shared_gpu});
+      *out = device::host::make_host_device(
+          {.index = r,
+           .timeout_seconds = device_timeout,
+           .connect = fabric.connector(),
+           .shared_id = shared_gpu,
+           .host = host_per_rank ? "pretend host " + std::to_string(r) : std::string()});
       return Status::OK();
     });
   });
@@ -495,6 +506,17 @@ TEST(DevicePath, WithoutADeviceDeviceMemoryIsRefusedAsBefore) {
 // same as the CPU path's.
 TEST(DevicePath, RanksSharingAGpuGiveTheSameResultsThroughCudaIpc) {
   SharedGpu shared;
+  fused_allreduces();
+  out_of_place_and_broadcasts();
+  joined_rank();
+  allgather_alltoall_reducescatter();
+}
+
+// Ranks on hosts of their own with KOLO_HIERARCHICAL=1: the hierarchical device
+// collectives (each slice across hosts over the CPU transport; allgather, alltoall and
+// reducescatter staged through host memory), the same results as the CPU path's.
+TEST(DevicePath, RanksOnSeveralHostsGiveTheSameResultsHierarchically) {
+  HostPerRank hosts;
   fused_allreduces();
   out_of_place_and_broadcasts();
   joined_rank();

@@ -110,7 +110,11 @@ Status Runtime::device_path(Loop& loop, ProcessSetState& set, const Response& fi
       }
     }
     if (!loop.device_status.ok()) return loop.device_status;
-    set.device_path = std::make_unique<DevicePath>(*loop.device, loop.device_index);
+    // KOLO_HIERARCHICAL=1: the device's collectives inside each host, the CPU transport
+    // across (otherwise only where host-mates share a GPU).
+    set.device_path = std::make_unique<DevicePath>(
+        *loop.device, loop.device_index,
+        device::ConnectOptions{.hierarchical = config_.hierarchical == "1"});
   }
   *out = set.device_path.get();
   return Status::OK();

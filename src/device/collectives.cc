@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "device/host_id.h"
+#include "device/hier/hier_collectives.h"
 #include "device/ipc/ipc_collectives.h"
 #include "transport/shm/shm_segment.h"
 
@@ -19,34 +19,40 @@ namespace {
 // Rank 0's decision, as every rank receives it: a kind letter and its payload.
 //   'N' + UniqueId bytes       NCCL's way
 //   'I' + segment name         the CUDA-IPC path over rank 0's shared-memory segment
+//   'H' + host indices         hierarchical: each rank's host (0, 1, ... in order of their
+//                              first rank), comma-separated
 //   'E' + code byte + message  every rank fails with it
-constexpr char kNccl = 'N', kIpc = 'I', kError = 'E';
-
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    out += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
-  }
-  return out;
-}
+constexpr char kNccl = 'N', kIpc = 'I', kHier = 'H', kError = 'E';
 
 std::string error_decision(const Status& s) {
   return std::string(1, kError) + static_cast<char>(s.code()) + s.message();
 }
 
 // Rank 0: what every rank does, from each rank's "host\ndevice" (`all`, in rank order).
-std::string decide(Device& device, const std::vector<std::string>& all,
+std::string decide(Device& device, const std::vector<std::string>& all, bool hierarchical,
                    transport::shm::Segment* segment) {
   std::map<std::string, std::vector<int>> by_device;
   std::vector<std::string> hosts;
+  std::vector<int> host_of;
   for (std::size_t r = 0; r < all.size(); ++r) {
     const std::size_t cut = all[r].find('\n');
-    hosts.push_back(all[r].substr(0, cut));
+    const std::string host = all[r].substr(0, cut);
     by_device[all[r].substr(cut + 1)].push_back(static_cast<int>(r));
+    const auto known = std::find(hosts.begin(), hosts.end(), host);
+    host_of.push_back(static_cast<int>(known - hosts.begin()));
+    if (known == hosts.end()) hosts.push_back(host);
   }
+  // physical_id() names the host too: ranks that share a device share a host.
   const std::vector<int>* shared = nullptr;
   for (const auto& [id, ranks] : by_device) {
     if (ranks.size() > 1) shared = &ranks;
+  }
+  if (hosts.size() > 1 && (shared != nullptr || hierarchical)) {
+    std::string payload(1, kHier);
+    for (std::size_t r = 0; r < host_of.size(); ++r) {
+      payload += (r == 0 ? "" : ",") + std::to_string(host_of[r]);
+    }
+    return payload;
   }
   if (shared == nullptr) {
     UniqueId id;
@@ -54,19 +60,6 @@ std::string decide(Device& device, const std::vector<std::string>& all,
     if (!s.ok()) return error_decision(s);
     return std::string(1, kNccl) +
            std::string(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
-  }
-  for (std::size_t r = 1; r < hosts.size(); ++r) {
-    if (hosts[r] != hosts[0]) {
-      const std::size_t cut = all[static_cast<std::size_t>(shared->front())].find('\n');
-      return error_decision(InvalidArgument(
-          "ranks " + ranks_text(*shared) + " share one device (" +
-          all[static_cast<std::size_t>(shared->front())].substr(cut + 1) +
-          ") while the communicator spans hosts (rank 0 on " + hosts[0] + ", rank " +
-          std::to_string(r) + " on " + hosts[r] +
-          "): NCCL refuses two ranks on one GPU and the CUDA-IPC path works within one "
-          "host; give each rank a GPU of its own (kolo::device() picks local_rank's) or run "
-          "the ranks that share a GPU on one host"));
-    }
   }
   const Status s = transport::shm::Segment::create(static_cast<int>(all.size()), 4096, segment);
   if (!s.ok()) return error_decision(s);
@@ -82,12 +75,11 @@ double seconds_left(Deadline deadline) {
 Status connect_collectives(Device& device, transport::Communicator& control, Deadline deadline,
                            std::unique_ptr<Collectives>* out, const ConnectOptions& options) {
   std::vector<std::string> all;
-  KOLO_RETURN_IF_ERROR(control.control_gather(
-      (options.host.empty() ? host_id() : options.host) + "\n" + device.physical_id(), &all,
-      deadline));
+  KOLO_RETURN_IF_ERROR(
+      control.control_gather(device.host() + "\n" + device.physical_id(), &all, deadline));
   transport::shm::Segment segment;
   std::string decision;
-  if (control.rank() == 0) decision = decide(device, all, &segment);
+  if (control.rank() == 0) decision = decide(device, all, options.hierarchical, &segment);
   const Status sent = control.control_broadcast(&decision, deadline);
   if (!sent.ok()) {
     if (!segment.name().empty()) transport::shm::Segment::unlink(segment.name());
@@ -97,6 +89,21 @@ Status connect_collectives(Device& device, transport::Communicator& control, Dea
   const std::string payload = decision.substr(1);
   if (decision[0] == kError && !payload.empty()) {
     return Status(static_cast<ErrorCode>(payload[0]), payload.substr(1));
+  }
+  const double timeout =
+      options.ipc_timeout_seconds > 0 ? options.ipc_timeout_seconds : seconds_left(deadline);
+  if (decision[0] == kHier) {
+    std::vector<int> host_of;
+    for (std::size_t at = 0; at < payload.size();) {
+      const std::size_t comma = std::min(payload.find(',', at), payload.size());
+      host_of.push_back(std::stoi(payload.substr(at, comma - at)));
+      at = comma + 1;
+    }
+    if (host_of.size() != static_cast<std::size_t>(control.size())) {
+      return Internal("connect_collectives: rank 0 sent " + std::to_string(host_of.size()) +
+                      " host indices for " + std::to_string(control.size()) + " ranks");
+    }
+    return hier::make_hier_collectives(device, control, host_of, options, timeout, deadline, out);
   }
   if (decision[0] == kIpc) {
     // Every rank maps the segment and takes its liveness lock before any barrier in it.
@@ -116,9 +123,8 @@ Status connect_collectives(Device& device, transport::Communicator& control, Dea
           payload + " (its log says why)");
     }
     const ipc::IpcOptions o{.half_bytes = options.ipc_half_bytes,
-                            .timeout_seconds = options.ipc_timeout_seconds > 0
-                                                   ? options.ipc_timeout_seconds
-                                                   : seconds_left(deadline)};
+                            .timeout_seconds = timeout,
+                            .rank_names = options.rank_names};
     return ipc::make_ipc_collectives(device, std::move(segment), control.rank(), control.size(), o,
                                      deadline, out);
   }

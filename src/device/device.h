@@ -75,10 +75,14 @@ class Device {
   virtual std::string name() const = 0;
 
   // Equal for two Device objects (of any processes) exactly when they drive the same
-  // physical device of the same host: "host <name> <boot id> gpu <uuid>" for CUDA. NCCL
+  // physical device of the same host: "host <name> <boot id> gpu <uuid>" for CUDA (it
+  // names the host, so ranks that share a device share a host). NCCL
   // refuses two ranks of one communicator on one device; connect_collectives() then
   // takes the CUDA-IPC path (ipc/ipc_collectives.h).
   virtual std::string physical_id() const = 0;
+  // The machine this device is on, as connect_collectives() groups ranks into hosts: its
+  // name and boot id (host_id.h); the stand-in can play another.
+  virtual std::string host() const = 0;
 
   // --- memory --------------------------------------------------------------------------
   // Device memory of `bytes` bytes (at least 256-byte aligned), released with release().
@@ -191,6 +195,13 @@ class Collectives {
   // Ends the communicator's work now (ncclCommAbort): calls under way fail, later ones
   // fail at once. Safe from any thread.
   virtual void abort() = 0;
+  // abort() because of `cause` (a failure of a layer above, such as the hierarchical
+  // collectives' CPU transport): where peers learn of an abort (the CUDA-IPC path), they
+  // are told the cause.
+  virtual void abort_with(const Status& cause) {
+    (void)cause;
+    abort();
+  }
 };
 
 struct ConnectOptions {
@@ -201,20 +212,27 @@ struct ConnectOptions {
   // The bound of the CUDA-IPC path's barriers (the peer timeout); 0: the time left until
   // connect_collectives' deadline.
   double ipc_timeout_seconds = 0;
-  // This rank's host as the decision sees it; empty: this machine's name and boot id
-  // (tests pretend hosts with it).
-  std::string host{};
+  // How messages name the ranks of `control` (names[r] for rank r; empty: r), e.g. the
+  // job's ranks when `control` is a host's subset.
+  std::vector<int> rank_names{};
+  // KOLO_HIERARCHICAL=1: ranks on several hosts take the hierarchical device collectives
+  // (hier/hier_collectives.h) even where NCCL could span the hosts itself. Without it they
+  // do only where they must (host-mates that share a GPU, on several hosts).
+  bool hierarchical = false;
 };
 
 // Makes one communicator over the ranks of `control` (a CPU communicator: the job's, or a
-// process set's, used on this thread only), written once for every device. Rank 0
-// gathers every rank's physical_id(), then:
-//   - all different: NCCL's way: rank 0 makes the UniqueId, control_broadcast gives it
-//     to the others, and every rank creates its part with create_collectives();
+// process set's, used on this thread only, and outliving the communicator), written once
+// for every device. Rank 0 gathers every rank's host() and physical_id(), then:
+//   - all devices different, on one host, or on several without options.hierarchical:
+//     NCCL's way: rank 0 makes the UniqueId, control_broadcast gives it to the others,
+//     and every rank creates its part with create_collectives();
 //   - some shared, every rank on one host: the CUDA-IPC path (ipc/ipc_collectives.h)
 //     over a shared-memory segment rank 0 creates, as NCCL refuses two ranks on one GPU;
-//   - some shared across hosts: kInvalidArgument naming the ranks and their device.
-// Every rank gets the same decision.
+//   - several hosts, host-mates sharing a device or options.hierarchical: the
+//     hierarchical collectives (hier/hier_collectives.h): this function inside each host,
+//     a CPU transport across.
+// Every rank gets the same decision (and the same error).
 Status connect_collectives(Device& device, transport::Communicator& control, Deadline deadline,
                            std::unique_ptr<Collectives>* out, const ConnectOptions& options = {});
 

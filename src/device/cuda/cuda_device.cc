@@ -62,6 +62,8 @@ class CudaDevice : public Device {
     return "host " + host_id() + " gpu " + uuid;
   }
 
+  std::string host() const override { return host_id(); }
+
   Status allocate_shared(std::size_t bytes, void** out, IpcHandle* handle) override {
     static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(handle->bytes));
     KOLO_RETURN_IF_ERROR(allocate(bytes, out));

@@ -227,6 +227,7 @@ class HostDevice : public Device {
   std::string name() const override { return "host stand-in " + std::to_string(o_.index); }
 
   std::string physical_id() const override { return own_id_; }
+  std::string host() const override { return o_.host.empty() ? host_id() : o_.host; }
 
   Status allocate(std::size_t bytes, void** out) override {
     // 256-byte aligned, as cudaMalloc's; at least one byte so that the pointer is unique.
@@ -445,7 +446,7 @@ class HostDevice : public Device {
  private:
   static std::string make_physical_id(const HostDeviceOptions& o) {
     static std::atomic<int> devices{0};
-    return "host " + host_id() + " stand-in " +
+    return "host " + (o.host.empty() ? host_id() : o.host) + " stand-in " +
            (o.shared_id.empty()
                 ? "own " + std::to_string(getpid()) + "." + std::to_string(devices++)
                 : "shared " + o.shared_id);

@@ -34,6 +34,8 @@ struct HostDeviceOptions {
   // as one GPU (ranks that share it take the CUDA-IPC path, see connect_collectives);
   // empty: a device of its own.
   std::string shared_id{};
+  // The machine it claims to be on (Device::host()); empty: this one. Tests pretend hosts.
+  std::string host{};
 };
 
 std::unique_ptr<Device> make_host_device(HostDeviceOptions options);

@@ -44,8 +44,12 @@ class IpcCollectives : public Collectives {
         size_(size),
         half_((o.half_bytes + 7) / 8 * 8),
         timeout_(o.timeout_seconds),
-        name_(dev.name() + "'s CUDA-IPC collectives (rank " + std::to_string(rank) + " of " +
-              std::to_string(size) + ")") {
+        name_(dev.name() + "'s CUDA-IPC collectives (rank " +
+              std::to_string(static_cast<std::size_t>(rank) < o.rank_names.size()
+                                 ? o.rank_names[static_cast<std::size_t>(rank)]
+                                 : rank) +
+              ", " + std::to_string(size) + " on this GPU)") {
+    if (!o.rank_names.empty()) barrier_.set_rank_names(o.rank_names);
     barrier_.set_interrupt([this](std::string* why) {
       if (!aborted_.load()) return false;
       *why = name_ + " was aborted";
@@ -289,13 +293,20 @@ class IpcCollectives : public Collectives {
     return error_;
   }
 
-  void abort() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    aborted_.store(true);
-    if (error_.ok()) error_ = PeerFailure(name_ + " was aborted");
+  void abort() override { abort_as(PeerFailure(name_ + " was aborted")); }
+  void abort_with(const Status& cause) override {
+    abort_as(PeerFailure(name_ + " was aborted: " + cause.message()));
   }
 
  private:
+  void abort_as(Status error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.store(true);
+    if (error_.ok()) error_ = std::move(error);
+    // The peers' barriers fail at once quoting it (this rank's own, at its next call).
+    transport::shm::publish_abort(seg_, rank_, error_.message());
+  }
+
   // The start of rank q's slice of `count` elements (the shm transport's split).
   std::size_t slice_begin(std::size_t count, int q) const {
     return count * static_cast<std::size_t>(q) / static_cast<std::size_t>(size_);

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "device/device.h"
 #include "transport/shm/shm_segment.h"
@@ -41,6 +42,8 @@ struct IpcOptions {
   std::size_t half_bytes = std::size_t{16} << 20;
   // The bound of each barrier (KOLO_PEER_TIMEOUT_SECONDS's role).
   double timeout_seconds = 60;
+  // How messages name the ranks (names[r] for rank r; empty: r).
+  std::vector<int> rank_names{};
 };
 
 // Collective over the `size` ranks of `segment` (transport::shm::Segment: rank 0 created

@@ -27,17 +27,20 @@ struct Rank {
 };
 
 // n ranks as threads: each makes a stand-in (playing GPU `shared[r]`, empty: its own, with
-// no network for NCCL's way), connects with `options[r]`, then runs fn.
+// no network for NCCL's way; on host `hosts[r]`, empty: this one), connects with
+// `options[r]`, then runs fn.
 void run(int n, const std::vector<std::string>& shared, const std::vector<ConnectOptions>& options,
-         const std::function<void(int, Rank&)>& fn) {
+         const std::function<void(int, Rank&)>& fn, const std::vector<std::string>& hosts = {}) {
   transport::InprocWorld world(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       Rank rank;
       const auto i = static_cast<std::size_t>(r);
-      rank.dev =
-          host::make_host_device({.index = r, .timeout_seconds = 20, .shared_id = shared[i]});
+      rank.dev = host::make_host_device({.index = r,
+                                         .timeout_seconds = 20,
+                                         .shared_id = shared[i],
+                                         .host = hosts.empty() ? std::string() : hosts[i]});
       rank.control = world.communicator(r);
       ASSERT_TRUE(rank.dev->create_stream(&rank.stream).ok());
       rank.connected =
@@ -75,17 +78,20 @@ TEST(ConnectCollectives, SharedDevicesTakeTheIpcPathAndOthersNcclsWay) {
   });
 }
 
-// Two ranks on one device of different hosts: no path can take them; every rank gets the
-// same error naming the ranks, the device and the hosts.
-TEST(ConnectCollectives, ADeviceSharedAcrossHostsIsRefusedNamingTheRanks) {
-  run(3, {"gpu a", "gpu a", "gpu b"}, {{.host = "a"}, {.host = "a"}, {.host = "b"}},
+// Host-mates that share a GPU on several hosts take the hierarchical collectives, which
+// need as many ranks on every host: otherwise every rank gets the same error naming the
+// hosts' rank counts.
+TEST(ConnectCollectives, HostsWithDifferentRankCountsCannotShareGpusHierarchically) {
+  run(3, {"gpu a", "gpu a", "gpu b"}, std::vector<ConnectOptions>(3),
       [](int, Rank& r) {
         EXPECT_EQ(r.connected.code(), ErrorCode::kInvalidArgument);
         const std::string& m = r.connected.message();
-        EXPECT_NE(m.find("ranks 0 and 1 share one device"), std::string::npos) << m;
-        EXPECT_NE(m.find("rank 2 on b"), std::string::npos) << m;
-        EXPECT_NE(m.find("give each rank a GPU of its own"), std::string::npos) << m;
-      });
+        EXPECT_NE(m.find("need as many ranks on every host"), std::string::npos) << m;
+        EXPECT_NE(m.find("the host of rank 0 has 2 and the host of rank 2 has 1"),
+                  std::string::npos)
+            << m;
+      },
+      {"a", "a", "b"});
 }
 
 // abort() on one rank (from another thread, as the runtime's watchdog would) fails that

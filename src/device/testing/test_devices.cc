@@ -28,4 +28,21 @@ TestDevice host_ipc_test_device() {
           .connect = {.ipc_half_bytes = 64}};
 }
 
+TestDevice host_hier_test_device() {
+  return {.kind = "host_hier",
+          .max_ranks = 4,
+          .make =
+              [](int rank, double timeout, host::Connect connect, std::unique_ptr<Device>* out) {
+                const std::string host = "pretend host " + std::to_string(rank % 2);
+                *out = host::make_host_device({.index = rank,
+                                               .timeout_seconds = timeout,
+                                               .connect = std::move(connect),
+                                               .shared_id = "gpu of " + host,
+                                               .host = host});
+                return Status::OK();
+              },
+          .connect = {.ipc_half_bytes = 64, .hierarchical = true},
+          .even_ranks_only = true};
+}
+
 }  // namespace kolo::device::testing

@@ -25,6 +25,8 @@ struct TestDevice {
       make;
   // What connect_collectives() gets (the CUDA-IPC path's region size).
   ConnectOptions connect{};
+  // Only even numbers of ranks (hosts of equal size for the hierarchical kind).
+  bool even_ranks_only = false;
 };
 
 // Its kind, for GoogleTest's test names and messages.
@@ -35,6 +37,10 @@ TestDevice host_test_device();
 // Stand-ins that all play one GPU, so that connect_collectives() takes the CUDA-IPC path
 // (with regions of 64-byte halves: most collectives go in several chunks).
 TestDevice host_ipc_test_device();
+// Stand-ins on two pretended hosts (rank r on host r % 2, so the hosts' ranks interleave),
+// host-mates playing one GPU, with hierarchical collectives: the CUDA-IPC path inside each
+// host and the stand-in's CPU transport across (even rank counts only).
+TestDevice host_hier_test_device();
 // Every kind this build has (test_list_host.cc or, with KOLO_CUDA, test_list_cuda.cc).
 std::vector<TestDevice> test_devices();
 

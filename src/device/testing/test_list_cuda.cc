@@ -11,7 +11,7 @@ std::vector<TestDevice> test_devices() {
                   .make = [](int, double timeout, host::Connect, std::unique_ptr<Device>* out) {
                     return cuda::make_cuda_device({.index = 0, .timeout_seconds = timeout}, out);
                   }};
-  return {host_test_device(), host_ipc_test_device(), cuda};
+  return {host_test_device(), host_ipc_test_device(), host_hier_test_device(), cuda};
 }
 
 }  // namespace kolo::device::testing

@@ -3,6 +3,8 @@
 
 namespace kolo::device::testing {
 
-std::vector<TestDevice> test_devices() { return {host_test_device(), host_ipc_test_device()}; }
+std::vector<TestDevice> test_devices() {
+  return {host_test_device(), host_ipc_test_device(), host_hier_test_device()};
+}
 
 }  // namespace kolo::device::testing

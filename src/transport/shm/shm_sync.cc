@@ -139,20 +139,24 @@ std::string abort_text(const std::string& message) {
   return message.substr(0, head) + kCut + message.substr(message.size() - tail);
 }
 
+bool publish_abort(const Segment& segment, int reporter, const std::string& message) {
+  Abort& a = segment.abort();
+  std::uint32_t expected = 0;
+  if (!at(a.state).compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return false;
+  a.reporter = reporter;
+  const std::string text = abort_text(message);
+  std::memcpy(a.text, text.data(), text.size());
+  a.text[text.size()] = '\0';
+  at(a.state).store(2, std::memory_order_release);
+  at(segment.wake().word).fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&segment.wake().word);
+  return true;
+}
+
 Status Barrier::fail(const char* op, std::string message) {
   (void)op;
   broken_ = message;
-  Abort& a = seg_->abort();
-  std::uint32_t expected = 0;
-  if (at(a.state).compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    a.reporter = rank_;
-    const std::string text = abort_text(message);
-    std::memcpy(a.text, text.data(), text.size());
-    a.text[text.size()] = '\0';
-    at(a.state).store(2, std::memory_order_release);
-    at(seg_->wake().word).fetch_add(1, std::memory_order_seq_cst);
-    futex_wake_all(&seg_->wake().word);
-  }
+  publish_abort(*seg_, rank_, message);
   return PeerFailure(std::move(message));
 }
 

@@ -36,6 +36,13 @@ namespace kolo::transport::shm {
 // longer than kAbortText - 1 bytes its first quarter and its end, " [...] " between.
 std::string abort_text(const std::string& message);
 
+// Publishes `message` as the segment's first failure, reported by `reporter`, and wakes
+// every rank, so that their barriers fail at once quoting it (the first report wins;
+// false when another was first). Safe from any thread: a Barrier's owner uses it through
+// Barrier::abort, a thread that does not own the barrier (an abort from a watchdog) calls
+// it directly.
+bool publish_abort(const Segment& segment, int reporter, const std::string& message);
+
 class Barrier {
  public:
   Barrier(const Segment* segment, int rank, int size);
