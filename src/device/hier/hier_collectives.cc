@@ -122,11 +122,13 @@ class HierCollectives : public Collectives {
     // 3: the slices gathered on each host's device.
     if (local_) {
       std::vector<std::size_t> parts;
-      for (std::size_t q = 0; q < L; ++q) parts.push_back((count * (q + 1) / L - count * q / L) * es);
+      for (std::size_t q = 0; q < L; ++q)
+        parts.push_back((count * (q + 1) / L - count * q / L) * es);
       KOLO_RETURN_IF_ERROR(failed(local_->allgatherv(out + lo * es, out, parts, stream)));
     }
     if (op == ReduceOp::kAverage && count > 0) {
-      KOLO_RETURN_IF_ERROR(failed(dev_.convert(recv, dtype, recv, dtype, count, 1.0, size_, stream)));
+      KOLO_RETURN_IF_ERROR(
+          failed(dev_.convert(recv, dtype, recv, dtype, count, 1.0, size_, stream)));
     }
     return end(stream);
   }
@@ -189,7 +191,8 @@ class HierCollectives : public Collectives {
     KOLO_RETURN_IF_ERROR(begin(stream));
     const std::size_t es = dtype_size(dtype);
     const ReduceOp fold = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-    KOLO_RETURN_IF_ERROR(stage_out(send, recv_count * es * static_cast<std::size_t>(size_), stream));
+    KOLO_RETURN_IF_ERROR(
+        stage_out(send, recv_count * es * static_cast<std::size_t>(size_), stream));
     KOLO_RETURN_IF_ERROR(reserve(&out_, recv_count * es));
     const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), recv_count);
     KOLO_RETURN_IF_ERROR(failed(flat_->reducescatter(in_.data(), out_.data(), counts, dtype, fold,
@@ -204,8 +207,8 @@ class HierCollectives : public Collectives {
 
   Status alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
                    const std::vector<std::size_t>& recv_bytes, Stream& stream) override {
-    KOLO_RETURN_IF_ERROR(transport::check_alltoallv_counts(name_ + "'s alltoallv", size_,
-                                                           send_bytes, recv_bytes));
+    KOLO_RETURN_IF_ERROR(
+        transport::check_alltoallv_counts(name_ + "'s alltoallv", size_, send_bytes, recv_bytes));
     KOLO_RETURN_IF_ERROR(begin(stream));
     const std::size_t out_total =
         std::accumulate(recv_bytes.begin(), recv_bytes.end(), std::size_t{0});
@@ -245,7 +248,8 @@ class HierCollectives : public Collectives {
       announce(e);
       return e;
     }
-    if (used_ && last_stream_ != &stream) KOLO_RETURN_IF_ERROR(failed(dev_.wait_event(stream, *event_)));
+    if (used_ && last_stream_ != &stream)
+      KOLO_RETURN_IF_ERROR(failed(dev_.wait_event(stream, *event_)));
     last_stream_ = &stream;
     used_ = true;
     return Status::OK();
@@ -307,8 +311,8 @@ class HierCollectives : public Collectives {
   std::unique_ptr<transport::Communicator> flat_;       // every rank
   std::unique_ptr<transport::FailureNotices> notices_;  // over flat_ (null: it has none)
   bool announced_ = false;
-  std::unique_ptr<Collectives> local_;  // the device's, inside this host (null: alone there)
-  std::unique_ptr<Event> event_;        // after each call's work
+  std::unique_ptr<Collectives> local_;   // the device's, inside this host (null: alone there)
+  std::unique_ptr<Event> event_;         // after each call's work
   std::vector<unsigned char> in_, out_;  // host staging
   const Stream* last_stream_ = nullptr;
   bool used_ = false;
@@ -335,9 +339,11 @@ Status make_hier_collectives(Device& device, transport::Communicator& control,
   for (std::size_t h = 1; h < layout.members.size(); ++h) {
     if (layout.members[h].size() == layout.members.front().size()) continue;
     return InvalidArgument(
-        device.name() + ": hierarchical device collectives need as many ranks on every host, "
-        "but the host of rank 0 has " + std::to_string(layout.members.front().size()) +
-        " and the host of rank " + std::to_string(layout.members[h].front()) + " has " +
+        device.name() +
+        ": hierarchical device collectives need as many ranks on every host, "
+        "but the host of rank 0 has " +
+        std::to_string(layout.members.front().size()) + " and the host of rank " +
+        std::to_string(layout.members[h].front()) + " has " +
         std::to_string(layout.members[h].size()) +
         " (give every host the same number of ranks, or a GPU of its own to every rank)");
   }
