@@ -2,6 +2,10 @@
 // bench/train_bench.sh for kolo's overhead on one worker (kolo1/plain).
 //
 //   build/bin/plain_fashion_mnist --epochs 1 --max-steps 300 [--summary-json PATH]
+//                                 [--device cpu|cuda|cuda:N]
+//
+// --device: where the model and the data live (default cpu), as fashion_mnist's --device;
+// on a GPU it is the baseline of kolo's per-step overhead (scripts/gpu_check.sh).
 //
 // Same model, data, batch size, optimizer, seed, shuffle and training loop as
 // examples/fashion_mnist.cc, with torch::optim::Adam used directly instead of
@@ -30,6 +34,7 @@ struct Flags {
   std::string summary_json;
   std::uint64_t seed = 42;
   std::int64_t max_steps = 0;  // per epoch; 0 = no limit
+  std::string device = "cpu";  // torch's device syntax: cpu, cuda, cuda:N
 };
 
 using kolo_examples::Net;
@@ -41,7 +46,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--epochs N] [--batch-size N] [--data DIR] [--threads N] "
-               "[--max-steps N] [--seed N] [--summary-json PATH]\n",
+               "[--max-steps N] [--seed N] [--summary-json PATH] [--device cpu|cuda|cuda:N]\n",
                argv0);
   return 2;
 }
@@ -70,6 +75,8 @@ int main(int argc, char** argv) {
       flags.seed = std::stoull(v);
     else if (a == "--summary-json")
       flags.summary_json = v;
+    else if (a == "--device")
+      flags.device = v;
     else
       return usage(argv[0]);
   }
@@ -78,23 +85,38 @@ int main(int argc, char** argv) {
   try {
     torch::manual_seed(flags.seed);
     torch::set_num_threads(flags.threads);
+    torch::Device device(torch::kCPU);
+    try {
+      device = torch::Device(flags.device);
+    } catch (const c10::Error&) {
+      std::fprintf(stderr, "plain_fashion_mnist: --device %s: use cpu, cuda or cuda:N\n",
+                   flags.device.c_str());
+      return 2;
+    }
+    if (device.is_cuda() &&
+        std::max<int>(device.index(), 0) >= static_cast<int>(torch::cuda::device_count())) {
+      std::fprintf(stderr, "plain_fashion_mnist: --device %s: this process sees %d CUDA devices\n",
+                   flags.device.c_str(), static_cast<int>(torch::cuda::device_count()));
+      return 1;
+    }
     const torch::Tensor train_images =
-        kolo::load_idx_images(flags.data + "/train-images-idx3-ubyte.gz");
+        kolo::load_idx_images(flags.data + "/train-images-idx3-ubyte.gz").to(device);
     const torch::Tensor train_labels =
-        kolo::load_idx_labels(flags.data + "/train-labels-idx1-ubyte.gz");
+        kolo::load_idx_labels(flags.data + "/train-labels-idx1-ubyte.gz").to(device);
     const torch::Tensor test_images =
-        kolo::load_idx_images(flags.data + "/t10k-images-idx3-ubyte.gz");
+        kolo::load_idx_images(flags.data + "/t10k-images-idx3-ubyte.gz").to(device);
     const torch::Tensor test_labels =
-        kolo::load_idx_labels(flags.data + "/t10k-labels-idx1-ubyte.gz");
+        kolo::load_idx_labels(flags.data + "/t10k-labels-idx1-ubyte.gz").to(device);
 
     Net model;
+    model->to(device);
     torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
     kolo::DistributedSampler sampler(train_labels.size(0), 1, 0, /*shuffle=*/true, flags.seed,
                                      /*drop_last=*/true);
     double accuracy = 0, mean_loss = 0, images_per_sec_sum = 0;
     for (int epoch = 0; epoch < flags.epochs; ++epoch) {
       sampler.set_epoch(epoch);
-      const torch::Tensor order = torch::tensor(sampler.indices(), torch::kInt64);
+      const torch::Tensor order = torch::tensor(sampler.indices(), torch::kInt64).to(device);
       std::int64_t steps = (order.size(0) + flags.batch_size - 1) / flags.batch_size;
       if (flags.max_steps > 0) steps = std::min(steps, flags.max_steps);
 
@@ -122,7 +144,8 @@ int main(int argc, char** argv) {
         torch::NoGradGuard no_grad;
         model->eval();
         std::int64_t correct = 0;
-        const torch::Tensor idx = torch::arange(test_labels.size(0), torch::kInt64);
+        const torch::Tensor idx =
+            torch::arange(test_labels.size(0), torch::TensorOptions(torch::kInt64).device(device));
         for (const torch::Tensor& b : idx.split(1000)) {
           const torch::Tensor pred = model->forward(test_images.index_select(0, b)).argmax(1);
           correct += pred.eq(test_labels.index_select(0, b)).sum().item<std::int64_t>();

@@ -20,7 +20,8 @@
 # then the CUDA-IPC path (2-4 ranks sharing the one GPU, which NCCL refuses): kolo_ipc_check
 # (every collective against references, a rank SIGKILLed mid-collective), torch_worker on
 # 2 ranks through the device path, and the path's allreduce bandwidth beside
-# torch.distributed's (Gloo with CUDA tensors) on the same GPU.
+# torch.distributed's (Gloo with CUDA tensors) on the same GPU; last, the strategies' fit
+# on the GPU (kolo_train_worker's equivalence checks, keras_mnist).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=$PWD/build-gpu-deps
@@ -106,8 +107,8 @@ fi
 
 # The device layer (src/device) on the GPU: its tests run on the host stand-in and on
 # cuda:0 (NCCL at one rank); a CUDA case that skips here is a failure.
-dev_args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_CUDA=ON -DKOLO_DEVICE_PATH=ON -DKOLO_BUILD_TRAIN=OFF
-          -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_TRANSPORT_CHECKS=ON
+dev_args=(-DCMAKE_BUILD_TYPE=Release -DKOLO_CUDA=ON -DKOLO_DEVICE_PATH=ON -DKOLO_BUILD_TRAIN=ON
+          -DKOLO_BUILD_EXAMPLES=ON -DKOLO_BUILD_BENCH=ON -DKOLO_BUILD_TRANSPORT_CHECKS=ON
           "-DCMAKE_PREFIX_PATH=$prefix" "${extra[@]}")
 [ -d "$deps/include" ] && dev_args+=("-DCMAKE_INCLUDE_PATH=$deps/include")
 if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/local/include/gtest/gtest.h ] &&
@@ -153,6 +154,43 @@ if step device_configure 300 cmake -S . -B build-gpu-device "${dev_args[@]}" &&
       --min-bytes 4096 --max-bytes 64M --step 4 --iters 10
     grep -h "bench:" "$out/ipc_bench.log" | tee -a "$summary"
     tail -9 "$out/torch_gloo_cuda_bench.log" | tee -a "$summary"
+  fi
+
+  # kolo's device collectives against raw NCCL calls (one rank), and kolo's per-step
+  # overhead on the founding CNN against plain libtorch on the GPU (the goal: at most 2%):
+  # one worker through the device path, two epochs, interleaved twice.
+  if [ -f "$data/train-images-idx3-ubyte.gz" ] &&
+    step overhead_build 300 cmake --build build-gpu-device -j"$(nproc)" \
+      --target fashion_mnist plain_fashion_mnist kolo_bench_nccl; then
+    step nccl_bench 180 $dev/kolo_bench_nccl
+    tail -8 "$out/nccl_bench.log" | tee -a "$summary"
+    for round in 1 2; do
+      step plain_gpu_$round 180 $dev/plain_fashion_mnist --device cuda:0 --epochs 2 \
+        --data "$data" --summary-json "$out/plain_$round.json"
+      step kolo_gpu_$round 180 $dev/fashion_mnist --device cuda:0 --epochs 2 --data "$data" \
+        --no-progress --summary-json "$out/kolo_$round.json"
+    done
+    for f in "$out"/plain_?.json "$out"/kolo_?.json; do
+      echo "$(basename "$f"): $(cat "$f" 2>/dev/null)"
+    done | tee -a "$summary"
+  fi
+
+  # The strategies on the GPU (last: the train library is the longest build): fit with
+  # MultiWorkerMirrored on gpu:0 against one replica on gpu:0, in one process and in two
+  # sharing the GPU (gradients through the device path's IPC collectives), Horovod's way
+  # on kolo::device(), and keras_mnist's epoch on the GPU (accuracy as on the CPU).
+  if step train_build 420 cmake --build build-gpu-device -j"$(nproc)" \
+    --target kolo_train_worker keras_mnist kolorun; then
+    step train_mwms_np1 240 $dev/kolo_train_worker equivalence gpu:0
+    step train_mwms_np2 300 $launch 2 $dev/kolo_train_worker equivalence gpu:0
+    step train_horovod_np2 300 $launch 2 $dev/kolo_train_worker horovod
+    grep -h "equivalence\|custom loop" "$out"/train_*.log | tee -a "$summary"
+    if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+      step keras_mnist_gpu_np2 300 $launch 2 $dev/keras_mnist --strategy multiworker \
+        --devices gpu:0 --epochs 1 --data "$data" --verbose 2 \
+        --summary-json "$out/keras_gpu.json"
+      cat "$out/keras_gpu.json" 2>/dev/null | tee -a "$summary"
+    fi
   fi
 fi
 exit $failed

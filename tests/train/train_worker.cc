@@ -1,9 +1,11 @@
 // A worker of kolo_train's multi-process tests (run under kolorun, mpirun or TF_CONFIG).
 //
 //   kolo_train_worker equivalence [DEVICES]   MultiWorkerMirroredStrategy with DEVICES per
-//                                             worker (default cpu:0) against one replica
-//                                             trained in this process on the whole data;
-//                                             then a custom loop (custom_loop) the same way
+//                                             worker (default cpu:0; gpu:0 on a GPU machine,
+//                                             scripts/gpu_check.sh) against one replica
+//                                             trained in this process on the whole data, on
+//                                             the first of DEVICES; then a custom loop
+//                                             (custom_loop) the same way
 //   kolo_train_worker horovod                 HorovodStrategy (averaged gradients, its own
 //                                             loss scaling) against one replica, the same way
 //
@@ -66,19 +68,25 @@ Trained train(kt::Strategy strategy, const kt::OptimizerSpec& opt) {
 
 // fit with `strategy` over the job's workers takes the steps of one replica trained in
 // this process on the whole data: the same weights, evaluation and predictions.
+// The reference is one replica on the strategy's first device (a GPU's kernels round
+// differently from the CPU's); results are compared on the CPU.
 void equivalence(const kt::Strategy& strategy) {
   const int rank = kolo::rank();
   const int replicas = strategy.num_local_replicas();
+  const torch::Device first = strategy.devices().front();
+  const kt::Strategy reference =
+      first.is_cuda() ? kt::Strategy(kt::OneDeviceStrategy(first.str())) : kt::Strategy();
   for (const kt::OptimizerSpec& opt :
        {kt::OptimizerSpec(kt::SGD{.learning_rate = 0.1, .momentum = 0.9}),
         kt::OptimizerSpec(kt::Adam{.learning_rate = 0.01})}) {
     const std::string name = kt::optimizer_name(opt);
-    const Trained one = train(kt::Strategy(), opt);
+    const Trained one = train(reference, opt);
     const Trained many = train(strategy, opt);
     CHECK(one.weights.size() == many.weights.size(), "%s: weight counts", name.c_str());
     double worst = 0;
     for (std::size_t i = 0; i < one.weights.size() && i < many.weights.size(); ++i) {
-      worst = std::max(worst, (one.weights[i] - many.weights[i]).abs().max().item<double>());
+      worst = std::max(worst,
+                       (one.weights[i].cpu() - many.weights[i].cpu()).abs().max().item<double>());
     }
     CHECK(worst < 2e-5, "rank %d %s %s: %d workers x %d replicas differ from one replica by %g",
           rank, strategy.name().c_str(), name.c_str(), strategy.num_workers(), replicas, worst);
@@ -88,7 +96,7 @@ void equivalence(const kt::Strategy& strategy) {
           rank, name.c_str(), *many.eval.get("loss"), *many.eval.get("accuracy"),
           *one.eval.get("loss"), *one.eval.get("accuracy"));
     CHECK(many.predictions.sizes() == one.predictions.sizes() &&
-              torch::allclose(many.predictions, one.predictions, 1e-4, 1e-5),
+              torch::allclose(many.predictions.cpu(), one.predictions.cpu(), 1e-4, 1e-5),
           "rank %d %s: predict differs from one replica's", rank, name.c_str());
     std::printf("rank %d: equivalence %s %s (%d workers x %d replicas, max diff %.2g) %s\n", rank,
                 strategy.name().c_str(), name.c_str(), strategy.num_workers(), replicas, worst,
@@ -137,8 +145,8 @@ void custom_loop(const std::vector<std::string>& devices) {
   }
   double worst = 0;
   for (const auto& m : models) {
-    worst = std::max(worst, (m->weight - ref->weight).abs().max().item<double>());
-    worst = std::max(worst, (m->bias - ref->bias).abs().max().item<double>());
+    worst = std::max(worst, (m->weight.cpu() - ref->weight).abs().max().item<double>());
+    worst = std::max(worst, (m->bias.cpu() - ref->bias).abs().max().item<double>());
   }
   CHECK(worst < 1e-5,
         "rank %d: the custom loop (%d workers x %zu replicas) differs from one "

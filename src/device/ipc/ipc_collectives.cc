@@ -50,6 +50,7 @@ class IpcCollectives : public Collectives {
                                  : rank) +
               ", " + std::to_string(size) + " on this GPU)") {
     if (!o.rank_names.empty()) barrier_.set_rank_names(o.rank_names);
+    barrier_.set_label("cuda-ipc");
     barrier_.set_interrupt([this](std::string* why) {
       if (!aborted_.load()) return false;
       *why = name_ + " was aborted";

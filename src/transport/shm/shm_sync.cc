@@ -95,11 +95,11 @@ std::vector<int> Barrier::named(const std::vector<int>& ranks) const {
 
 std::string Barrier::where(const char* op) const {
   if (!names_.empty()) {
-    return std::string("shm ") + op + " on rank " + std::to_string(name_of(rank_)) +
-           " (local rank " + std::to_string(rank_) + " of " + std::to_string(size_) + "): ";
+    return label_ + " " + op + " on rank " + std::to_string(name_of(rank_)) + " (local rank " +
+           std::to_string(rank_) + " of " + std::to_string(size_) + "): ";
   }
-  return std::string("shm ") + op + " on rank " + std::to_string(rank_) + " of " +
-         std::to_string(size_) + ": ";
+  return label_ + " " + op + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+         ": ";
 }
 
 Status Barrier::check(const char* op) const {

@@ -62,6 +62,9 @@ class Barrier {
   // Names used for the ranks in messages: names[r] for rank r (the hierarchical transport
   // passes global ranks). Empty (the default): the ranks' own numbers.
   void set_rank_names(std::vector<int> names) { names_ = std::move(names); }
+  // What messages call the collectives ("shm allreduce on rank 1 ..."); the device
+  // layer's CUDA-IPC path says "cuda-ipc".
+  void set_label(std::string label) { label_ = std::move(label); }
   // Polled while sync() sleeps (every 20 ms at most): returning true (with a reason) fails
   // the barrier like a dead rank would. The hierarchical transport's failure notices.
   void set_interrupt(std::function<bool(std::string* why)> interrupt) {
@@ -104,6 +107,7 @@ class Barrier {
   std::vector<int> named(const std::vector<int>& ranks) const;
 
   std::vector<int> names_;
+  std::string label_ = "shm";
   std::function<bool(std::string* why)> interrupt_;
   std::function<void(Clock::duration, const std::vector<int>&)> observer_;
   std::function<void(int)> before_liveness_;
