@@ -283,6 +283,55 @@ class DistributedOptimizer : public torch::optim::Optimizer {
 // does this at every step() (DistributedOptimizerOptions::broadcast_buffers).
 void broadcast_buffers(const torch::nn::Module& module, int root = 0);
 
+// --- SyncBatchNorm --------------------------------------------------------------------------
+
+// torch.nn.SyncBatchNorm's semantics (and Horovod's SyncBatchNorm): batch normalization
+// whose training-mode statistics are those of the whole global batch, over the ranks of a
+// process set. Forward allreduces each channel's sum, sum of squares and element count
+// (float64), so ranks may hold different batch sizes (an empty one included); backward
+// allreduces the two gradient sums the input's gradient needs. The weight's and bias's
+// gradients are this rank's own, as torch's: DistributedOptimizer averages them like any
+// other parameter. Running statistics use the unbiased global variance. In eval mode
+// nothing is communicated: the running statistics normalize (without
+// track_running_stats, the global batch's statistics, as in training). Every rank of the set must
+// run forward and backward of each SyncBatchNorm in training mode (they are collectives). Input:
+// (N, C), (N, C, L), (N, C, H, W) or (N, C, D, H, W).
+struct SyncBatchNormOptions {
+  /* implicit */ SyncBatchNormOptions(std::int64_t features) : num_features(features) {}
+  std::int64_t num_features;
+  double eps = 1e-5;
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch statistic
+  bool affine = true;     // a learned weight (ones) and bias (zeros)
+  // false: always the batch statistics (also in eval mode), no running statistics.
+  bool track_running_stats = true;
+  int process_set = kGlobalProcessSet;
+  // Names the layer's collectives (every rank the same); "": "syncbn.<n>", n counting the
+  // SyncBatchNorms this process made (the same on every rank that builds the same model).
+  std::string name = {};
+};
+
+class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
+ public:
+  explicit SyncBatchNormImpl(SyncBatchNormOptions options);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& input);
+
+  SyncBatchNormOptions options;
+  torch::Tensor weight, bias;  // parameters (undefined without affine)
+  torch::Tensor running_mean, running_var, num_batches_tracked;  // buffers (with tracking)
+};
+TORCH_MODULE(SyncBatchNorm);
+
+// torch.nn.SyncBatchNorm.convert_sync_batchnorm: replaces every BatchNorm1d/2d/3d below
+// `module` (its descendants; not `module` itself) held in a torch::nn::Sequential or
+// ModuleList by a SyncBatchNorm with the same options, parameters and running statistics,
+// named "syncbn.<path>" after its place in the module tree. Returns how many it replaced.
+// A BatchNorm in a field of a module of your own cannot be swapped (libtorch modules
+// call their children through their own fields): that is a kolo::Error naming its path
+// (construct a SyncBatchNorm there). Call it on every rank, before making the optimizer
+// (the new layers' parameters are new tensors).
+int convert_sync_batchnorm(torch::nn::Module& module, int process_set = kGlobalProcessSet);
+
 // --- checkpoint files -----------------------------------------------------------------------
 
 // save_archive writes `archive` (libtorch's serialization) with a header holding its length

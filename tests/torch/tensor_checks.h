@@ -16,5 +16,8 @@ void check_tensor_op_corner_cases();
 // Collectives, autograd, DistributedOptimizer and object broadcasts on a process set of
 // every rank but 0 (2 ranks or more; process_set_checks.cc).
 void check_process_sets();
+// kolo::SyncBatchNorm and convert_sync_batchnorm against BatchNorm on the global batch
+// (sync_batch_norm_checks.cc).
+void check_sync_batch_norm();
 
 }  // namespace kolo_test

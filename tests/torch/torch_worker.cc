@@ -20,6 +20,7 @@ using kolo::DistributedOptimizerOptions;
 
 using kolo_test::check_autograd_on;
 using kolo_test::check_process_sets;
+using kolo_test::check_sync_batch_norm;
 using kolo_test::check_tensor_op_corner_cases;
 using kolo_test::check_tensor_ops;
 using kolo_test::expect;
@@ -622,6 +623,7 @@ int main() {
   run("tensor_op_corner_cases", check_tensor_op_corner_cases);
   run("device_choice", check_device_choice);
   if (kolo::size() > 1) run("process_sets", check_process_sets);
+  run("sync_batch_norm", check_sync_batch_norm);
   if (torch::cuda::is_available()) {
     run("cuda", check_cuda);
   } else {
