@@ -283,6 +283,60 @@ class DistributedOptimizer : public torch::optim::Optimizer {
 // does this at every step() (DistributedOptimizerOptions::broadcast_buffers).
 void broadcast_buffers(const torch::nn::Module& module, int root = 0);
 
+// --- GradScaler (mixed precision) ------------------------------------------------------------
+
+// torch.amp.GradScaler's dynamic loss scaling, with its defaults, for training in float16
+// (where small gradients underflow): scale(loss).backward(), then step(optimizer) unscales
+// the gradients and runs the optimizer unless one of them is inf or NaN, and update()
+// lowers the scale after such a step (backoff_factor) or raises it after growth_interval
+// steps without one (growth_factor).
+//
+// With a DistributedOptimizer, step() and unscale_() first wait for the gradients'
+// reduction (synchronize()) and check the reduced gradients: an inf or NaN on any rank is
+// in every rank's reduced gradient (a sum or an average keeps it), and every rank holds
+// the same reduced bits, so every rank skips the same steps and keeps the same scale
+// without a collective of its own, and the replicas never differ. With a plain
+// torch::optim::Optimizer it checks this process's gradients only.
+struct GradScalerOptions {
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+  bool enabled = true;  // false: scale() and unscale_() do nothing, step() always steps
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+  // loss * scale (the loss itself when disabled).
+  torch::Tensor scale(const torch::Tensor& loss) const;
+  // Divides the optimizer's gradients by the scale (once per step: call it before
+  // clipping, as torch's) and records whether any is inf or NaN. Throws kolo::Error when
+  // called twice before update().
+  void unscale_(DistributedOptimizer& optimizer);
+  void unscale_(torch::optim::Optimizer& optimizer);
+  // unscale_() unless done, then the optimizer's step() unless a gradient was inf or NaN.
+  // Returns whether it stepped. (A skipped DistributedOptimizer step leaves its reduced
+  // gradients in .grad: zero_grad() as usual before the next backward pass.)
+  bool step(DistributedOptimizer& optimizer);
+  bool step(torch::optim::Optimizer& optimizer);
+  // Adjusts the scale for the next step (after every step(), as torch's).
+  void update();
+  double get_scale() const { return options_.enabled ? scale_ : 1.0; }
+  std::int64_t growth_tracker() const { return growth_tracker_; }
+  // For checkpoints: the scale and the growth tracker (torch's state_dict keys).
+  torch::Dict<std::string, double> state_dict() const;
+  void load_state_dict(const torch::Dict<std::string, double>& state);
+
+ private:
+  void unscale_params(const std::vector<torch::Tensor>& params);
+  GradScalerOptions options_;
+  double scale_;
+  std::int64_t growth_tracker_ = 0;
+  bool unscaled_ = false;   // since the last update()
+  bool found_inf_ = false;  // in the gradients unscaled since the last update()
+};
+
 // --- SyncBatchNorm --------------------------------------------------------------------------
 
 // torch.nn.SyncBatchNorm's semantics (and Horovod's SyncBatchNorm): batch normalization

@@ -19,5 +19,7 @@ void check_process_sets();
 // kolo::SyncBatchNorm and convert_sync_batchnorm against BatchNorm on the global batch
 // (sync_batch_norm_checks.cc).
 void check_sync_batch_norm();
+// kolo::GradScaler with a DistributedOptimizer (grad_scaler_checks.cc).
+void check_grad_scaler();
 
 }  // namespace kolo_test

@@ -19,6 +19,7 @@ using kolo::DistributedOptimizer;
 using kolo::DistributedOptimizerOptions;
 
 using kolo_test::check_autograd_on;
+using kolo_test::check_grad_scaler;
 using kolo_test::check_process_sets;
 using kolo_test::check_sync_batch_norm;
 using kolo_test::check_tensor_op_corner_cases;
@@ -624,6 +625,7 @@ int main() {
   run("device_choice", check_device_choice);
   if (kolo::size() > 1) run("process_sets", check_process_sets);
   run("sync_batch_norm", check_sync_batch_norm);
+  run("grad_scaler", check_grad_scaler);
   if (torch::cuda::is_available()) {
     run("cuda", check_cuda);
   } else {
