@@ -176,7 +176,11 @@ class Collectives {
   virtual Status broadcast(const void* send, void* recv, std::size_t bytes, int root,
                            Stream& stream) = 0;
   // Every rank's `bytes` bytes at send, concatenated in rank order into recv.
-  virtual Status allgather(const void* send, void* recv, std::size_t bytes, Stream& stream) = 0;
+  // (By default allgatherv() with equal parts; NCCL's has a call of its own.)
+  virtual Status allgather(const void* send, void* recv, std::size_t bytes, Stream& stream) {
+    return allgatherv(send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size()), bytes),
+                      stream);
+  }
   // Rank r contributes recv_bytes[r] bytes (grouped broadcasts or sends in NCCL).
   virtual Status allgatherv(const void* send, void* recv,
                             const std::vector<std::size_t>& recv_bytes, Stream& stream) = 0;

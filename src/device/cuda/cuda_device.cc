@@ -10,6 +10,7 @@
 #include "device/arg_checks.h"
 #include "device/cuda/kernels.h"
 #include "device/host_id.h"
+#include "device/poll.h"
 
 namespace kolo::device::cuda {
 
@@ -175,25 +176,13 @@ class CudaDevice : public Device {
     return e == cudaSuccess ? Status::OK() : cuda_error(name() + ": the work before an event", e);
   }
   Status synchronize(Event& event, Deadline deadline) override {
-    // Polls: a spin first (most waits are short), then sleeps that grow to 1 ms.
-    auto pause = std::chrono::microseconds(0);
-    for (;;) {
-      bool done = false;
-      KOLO_RETURN_IF_ERROR(query(event, &done));
-      if (done) return Status::OK();
-      if (Clock::now() >= deadline) {
-        return PeerFailure(name() +
-                           ": an event did not complete in time: the GPU work before it "
-                           "is still running or waits for a peer that does not take part");
-      }
-      if (pause.count() == 0) {
-        std::this_thread::yield();
-        pause = std::chrono::microseconds(10);
-      } else {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(1000));
-      }
-    }
+    return poll_until(
+        deadline, std::chrono::microseconds(10), [&](bool* done) { return query(event, done); },
+        [&] {
+          return PeerFailure(name() +
+                             ": an event did not complete in time: the GPU work before it "
+                             "is still running or waits for a peer that does not take part");
+        });
   }
 
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& stream) override {

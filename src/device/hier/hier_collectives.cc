@@ -167,11 +167,6 @@ class HierCollectives : public Collectives {
     return end(stream);
   }
 
-  Status allgather(const void* send, void* recv, std::size_t bytes, Stream& stream) override {
-    return allgatherv(send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size_), bytes),
-                      stream);
-  }
-
   // The rest through host memory over every rank's CPU transport.
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Stream& stream) override {

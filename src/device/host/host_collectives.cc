@@ -61,11 +61,6 @@ class HostCollectives : public Collectives {
     });
   }
 
-  Status allgather(const void* send, void* recv, std::size_t bytes, Stream& stream) override {
-    return allgatherv(send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size()), bytes),
-                      stream);
-  }
-
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Stream& stream) override {
     KOLO_RETURN_IF_ERROR(check_allgatherv_counts(s_->name, size(), recv_bytes));

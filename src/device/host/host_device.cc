@@ -21,6 +21,7 @@
 #include "device/arg_checks.h"
 #include "device/host/host_stream.h"
 #include "device/host_id.h"
+#include "device/poll.h"
 
 namespace kolo::device::host {
 
@@ -468,27 +469,17 @@ class HostDevice : public Device {
     return Status::OK();
   }
 
-  // Polls (a spin, then sleeps that grow to 1 ms) until record `number` completed.
+  // Polls (device/poll.h) until record `number` completed.
   static Status wait_for_record(const SharedEventState& st, std::uint64_t number, Deadline deadline,
                                 const std::string& what) {
-    auto pause = std::chrono::microseconds(0);
-    for (;;) {
-      bool done = false;
-      KOLO_RETURN_IF_ERROR(shared_state(st, number, &done));
-      if (done) return Status::OK();
-      if (Clock::now() >= deadline) {
-        return PeerFailure(what +
-                           " did not complete in time: its process's device work is still "
-                           "running, waits for a peer, or the process died");
-      }
-      if (pause.count() == 0) {
-        std::this_thread::yield();
-        pause = std::chrono::microseconds(5);
-      } else {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(1000));
-      }
-    }
+    return poll_until(
+        deadline, std::chrono::microseconds(5),
+        [&](bool* done) { return shared_state(st, number, done); },
+        [&] {
+          return PeerFailure(what +
+                             " did not complete in time: its process's device work is still "
+                             "running, waits for a peer, or the process died");
+        });
   }
 
   // A stream waits for the last record of an event another process owns (made before

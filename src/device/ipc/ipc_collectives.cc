@@ -190,11 +190,6 @@ class IpcCollectives : public Collectives {
     return end(stream);
   }
 
-  Status allgather(const void* send, void* recv, std::size_t bytes, Stream& stream) override {
-    return allgatherv(send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size_), bytes),
-                      stream);
-  }
-
   Status allgatherv(const void* send, void* recv, const std::vector<std::size_t>& recv_bytes,
                     Stream& stream) override {
     KOLO_RETURN_IF_ERROR(check_allgatherv_counts(name_, size_, recv_bytes));
