@@ -31,6 +31,10 @@ void reduce_many(void* dst, const void* const* srcs, int nsrc, std::size_t count
 void reduce_many_portable(void* dst, const void* const* srcs, int nsrc, std::size_t count,
                           DataType dtype, ReduceOp op);
 
+// The reduction that runs for `op` on a transport or device: kAverage is a sum followed
+// by a division (no transport or device kernel takes kAverage itself).
+inline ReduceOp wire_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
 // buf[i] = buf[i] * factor / divisor. Integers are computed in long double and truncated
 // toward zero (so an average of integers divides exactly); bool is left unchanged
 // (callers reject scaling of bool tensors).

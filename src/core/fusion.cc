@@ -14,8 +14,6 @@ bool compatible(const Response& a, const Response& b) {
 
 }  // namespace
 
-ReduceOp wire_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
-
 std::int64_t allreduce_bytes(const Response& r) {
   std::int64_t total = 0;
   for (const auto& shape : r.shapes) {

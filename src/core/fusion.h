@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/reduce.h"  // wire_op
 #include "core/message.h"
 
 namespace kolo::core {
@@ -22,9 +23,6 @@ namespace kolo::core {
 // Indices into the cycle's response list, executed as one unit in this order. A group
 // of one is executed on its own (any op); a larger group is a fused allreduce.
 using FusionGroup = std::vector<std::size_t>;
-
-// The reduction the wire runs for `op`: averaging is a sum followed by a division.
-ReduceOp wire_op(ReduceOp op);
 
 // Bytes of an allreduce response's tensors (all of a grouped allreduce's shapes), and
 // the bytes they take in the fusion buffer (in the wire dtype: compression halves them).

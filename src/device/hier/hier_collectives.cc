@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "common/reduce.h"
 #include "common/thread_annotations.h"
 #include "device/arg_checks.h"
 #include "transport/arg_checks.h"
@@ -20,6 +21,7 @@ namespace {
 // Where each rank of the communicator sits: its host and its place there.
 struct Layout {
   std::vector<std::vector<int>> members;  // per host, its ranks ascending
+  std::vector<int> host;                  // per rank: its index in members
   std::vector<int> local_rank;            // per rank
   int local_size = 0;                     // the same on every host
 };
@@ -100,7 +102,7 @@ class HierCollectives : public Collectives {
                    Stream& stream) override {
     KOLO_RETURN_IF_ERROR(begin(stream));
     const std::size_t es = dtype_size(dtype);
-    const ReduceOp fold = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+    const ReduceOp fold = wire_op(op);
     auto* out = static_cast<char*>(recv);
     const auto L = static_cast<std::size_t>(layout_.local_size);
     const auto l = static_cast<std::size_t>(local_rank());
@@ -185,7 +187,7 @@ class HierCollectives : public Collectives {
                        ReduceOp op, Stream& stream) override {
     KOLO_RETURN_IF_ERROR(begin(stream));
     const std::size_t es = dtype_size(dtype);
-    const ReduceOp fold = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+    const ReduceOp fold = wire_op(op);
     KOLO_RETURN_IF_ERROR(
         stage_out(send, recv_count * es * static_cast<std::size_t>(size_), stream));
     KOLO_RETURN_IF_ERROR(reserve(&out_, recv_count * es));
@@ -227,13 +229,7 @@ class HierCollectives : public Collectives {
   void abort() override { (void)failed(PeerFailure("aborted"), false); }
 
  private:
-  int host_of(int rank) const {
-    for (std::size_t h = 0; h < layout_.members.size(); ++h) {
-      const auto& m = layout_.members[h];
-      if (std::find(m.begin(), m.end(), rank) != m.end()) return static_cast<int>(h);
-    }
-    return -1;
-  }
+  int host_of(int rank) const { return layout_.host[static_cast<std::size_t>(rank)]; }
   int local_rank() const { return layout_.local_rank[static_cast<std::size_t>(rank_)]; }
 
   // Fails at once after an error; orders this call after the previous one when it came on
@@ -323,6 +319,7 @@ Status make_hier_collectives(Device& device, transport::Communicator& control,
                              double timeout_seconds, Deadline deadline,
                              std::unique_ptr<Collectives>* out) {
   Layout layout;
+  layout.host = host_of;
   layout.local_rank.assign(host_of.size(), 0);
   for (std::size_t r = 0; r < host_of.size(); ++r) {
     const auto h = static_cast<std::size_t>(host_of[r]);

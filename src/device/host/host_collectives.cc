@@ -45,7 +45,7 @@ class HostCollectives : public Collectives {
                    Stream& stream) override {
     return enqueue(stream, [=](transport::Communicator& c, Deadline d) {
       if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
-      const ReduceOp wire = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+      const ReduceOp wire = wire_op(op);
       KOLO_RETURN_IF_ERROR(c.allreduce(recv, count, dtype, wire, d));
       if (op == ReduceOp::kAverage) scale(recv, count, dtype, 1.0, c.size());
       return Status::OK();
@@ -72,7 +72,7 @@ class HostCollectives : public Collectives {
   Status reducescatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
                        ReduceOp op, Stream& stream) override {
     return enqueue(stream, [=](transport::Communicator& c, Deadline d) {
-      const ReduceOp wire = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+      const ReduceOp wire = wire_op(op);
       const std::vector<std::size_t> counts(static_cast<std::size_t>(c.size()), recv_count);
       KOLO_RETURN_IF_ERROR(c.reducescatter(send, recv, counts, dtype, wire, d));
       if (op == ReduceOp::kAverage) scale(recv, recv_count, dtype, 1.0, c.size());

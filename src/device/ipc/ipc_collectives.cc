@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/reduce.h"
 #include "common/thread_annotations.h"
 #include "device/arg_checks.h"
 #include "transport/arg_checks.h"
@@ -136,7 +137,6 @@ class IpcCollectives : public Collectives {
     KOLO_RETURN_IF_ERROR(begin(stream));
     const std::size_t es = dtype_size(dtype);
     const std::size_t per_chunk = half_ / es;
-    const ReduceOp fold = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
     const auto* in = static_cast<const char*>(send);
     auto* out = static_cast<char*>(recv);
     for (std::size_t start = 0; start < count; start += per_chunk) {
@@ -151,13 +151,7 @@ class IpcCollectives : public Collectives {
       const std::size_t lo = slice_begin(c, rank_), n = slice_begin(c, rank_ + 1) - lo;
       char* mine = out + (start + lo) * es;
       if (n > 0) {
-        KOLO_RETURN_IF_ERROR(dev_.copy(mine, region(0, h) + lo * es, n * es, stream));
-        for (int q = 1; q < size_; ++q) {
-          KOLO_RETURN_IF_ERROR(dev_.reduce(mine, region(q, h) + lo * es, n, dtype, fold, stream));
-        }
-        if (op == ReduceOp::kAverage) {
-          KOLO_RETURN_IF_ERROR(dev_.convert(mine, dtype, mine, dtype, n, 1.0, size_, stream));
-        }
+        KOLO_RETURN_IF_ERROR(fold_regions(mine, h, lo * es, n, dtype, op, stream));
         KOLO_RETURN_IF_ERROR(dev_.copy(region(rank_, h) + lo * es, mine, n * es, stream));
       }
       KOLO_RETURN_IF_ERROR(phase("allreduce", stream));
@@ -220,7 +214,6 @@ class IpcCollectives : public Collectives {
     const std::size_t es = dtype_size(dtype);
     const std::size_t n = static_cast<std::size_t>(size_);
     const std::size_t per_chunk = half_ / (n * es);  // elements of each block per round
-    const ReduceOp fold = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
     const auto* in = static_cast<const char*>(send);
     auto* out = static_cast<char*>(recv);
     for (std::size_t start = 0; start < recv_count; start += per_chunk) {
@@ -234,13 +227,7 @@ class IpcCollectives : public Collectives {
       KOLO_RETURN_IF_ERROR(phase("reducescatter", stream));
       char* mine = out + start * es;
       const std::size_t at_me = static_cast<std::size_t>(rank_) * c * es;
-      KOLO_RETURN_IF_ERROR(dev_.copy(mine, region(0, h) + at_me, c * es, stream));
-      for (int q = 1; q < size_; ++q) {
-        KOLO_RETURN_IF_ERROR(dev_.reduce(mine, region(q, h) + at_me, c, dtype, fold, stream));
-      }
-      if (op == ReduceOp::kAverage) {
-        KOLO_RETURN_IF_ERROR(dev_.convert(mine, dtype, mine, dtype, c, 1.0, size_, stream));
-      }
+      KOLO_RETURN_IF_ERROR(fold_regions(mine, h, at_me, c, dtype, op, stream));
     }
     return end(stream);
   }
@@ -312,6 +299,21 @@ class IpcCollectives : public Collectives {
     return total > off ? std::min(per, total - off) : 0;
   }
   char* region(int q, int h) const { return static_cast<char*>(regions_[q]) + h * half_; }
+  // dst = op over every rank's `count` elements at `offset` bytes into its region's half
+  // h, folded in rank order (so every rank computes the same bits), divided by the rank
+  // count for kAverage.
+  Status fold_regions(char* dst, int h, std::size_t offset, std::size_t count, DataType dtype,
+                      ReduceOp op, Stream& stream) {
+    KOLO_RETURN_IF_ERROR(dev_.copy(dst, region(0, h) + offset, count * dtype_size(dtype), stream));
+    for (int q = 1; q < size_; ++q) {
+      KOLO_RETURN_IF_ERROR(
+          dev_.reduce(dst, region(q, h) + offset, count, dtype, wire_op(op), stream));
+    }
+    if (op == ReduceOp::kAverage) {
+      KOLO_RETURN_IF_ERROR(dev_.convert(dst, dtype, dst, dtype, count, 1.0, size_, stream));
+    }
+    return Status::OK();
+  }
   int next_half() { return static_cast<int>(uses_++ % 2); }
   // The control area's parity for the next barrier (a rank writes it before the barrier
   // and the others read it after; the next write to it is two barriers later).
